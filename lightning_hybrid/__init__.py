@@ -1,0 +1,7 @@
+"""lightning-hybrid: PyTorch Lightning strategies for distributed training on heterogeneous hardware."""
+
+from lightning_hybrid.classifier import ClassifierModule
+
+__version__ = "0.1.0"
+
+__all__ = ["ClassifierModule", "__version__"]

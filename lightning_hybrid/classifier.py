@@ -1,0 +1,111 @@
+"""A classification LightningModule whose network, optimizer and LR scheduler come from config."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+from torch import nn
+from torch.nn import functional as F
+from torchmetrics.classification import MulticlassAccuracy
+
+OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
+SchedulerFactory = Callable[[torch.optim.Optimizer], Any]
+
+
+class ClassifierModule(pl.LightningModule):
+    """Cross-entropy classification of any ``net`` with accuracy metrics.
+
+    Args:
+        net: the network; it maps a batch of inputs to logits of shape ``(batch, num_classes)``.
+        optimizer: a factory that takes the parameters and returns an optimizer, e.g.
+            ``functools.partial(torch.optim.SGD, lr=0.01)`` (Hydra: ``_partial_: true``).
+            ``None`` means SGD with lr 0.01.
+        scheduler: ``None``; a factory that takes the optimizer and returns an LR scheduler; or a
+            Lightning lr-scheduler mapping whose ``"scheduler"`` entry is such a factory, e.g.
+            ``{"scheduler": partial(StepLR, step_size=1), "interval": "epoch", "monitor": "val/loss"}``.
+        num_classes: number of classes; defaults to ``net.num_classes``.
+
+    Logs ``train/loss``, ``train/acc``, ``val/loss``, ``val/acc``, ``test/loss`` and ``test/acc``;
+    ``predict_step`` returns the predicted class of each input.
+
+    Example::
+
+        >>> from functools import partial
+        >>> import torch
+        >>> from lightning_hybrid import ClassifierModule
+        >>> from lightning_hybrid.models import LeNet5
+        >>> module = ClassifierModule(LeNet5(), optimizer=partial(torch.optim.Adam, lr=1e-3))
+        >>> # pl.Trainer(max_epochs=1).fit(module, datamodule=MNISTDataModule("data/mnist"))
+    """
+
+    def __init__(
+        self,
+        net: nn.Module,
+        optimizer: OptimizerFactory | None = None,
+        scheduler: SchedulerFactory | Mapping[str, Any] | None = None,
+        num_classes: int | None = None,
+    ) -> None:
+        super().__init__()
+        if num_classes is None:
+            num_classes = getattr(net, "num_classes", None)
+            if num_classes is None:
+                raise ValueError(
+                    f"{type(net).__name__} has no `num_classes` attribute; pass num_classes= to ClassifierModule"
+                )
+        if scheduler is not None and not callable(scheduler):
+            if not isinstance(scheduler, Mapping) or not callable(scheduler.get("scheduler")):
+                raise TypeError(
+                    "scheduler must be a factory taking the optimizer, or a mapping with a 'scheduler' factory "
+                    f"and Lightning's lr-scheduler keys (interval, frequency, monitor); got {scheduler!r}"
+                )
+        # `net` is saved in the state dict. The factories stay out of the checkpoint so that it loads with
+        # torch.load(weights_only=True); the CLI logs the whole config instead.
+        self.save_hyperparameters(ignore=["net", "optimizer", "scheduler"], logger=False)
+        self.net = net
+        self.num_classes = num_classes
+        self.optimizer_factory = optimizer
+        self.scheduler_config = scheduler
+        self.train_acc = MulticlassAccuracy(num_classes, average="micro")
+        self.val_acc = MulticlassAccuracy(num_classes, average="micro")
+        self.test_acc = MulticlassAccuracy(num_classes, average="micro")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+    def _shared_step(self, batch: Any, stage: str, accuracy: MulticlassAccuracy) -> torch.Tensor:
+        x, y = batch
+        logits = self(x)
+        loss = F.cross_entropy(logits, y)
+        accuracy(logits, y)
+        on_step = stage == "train"
+        sync = stage != "train"
+        self.log(f"{stage}/loss", loss, on_step=on_step, on_epoch=True, prog_bar=True, sync_dist=sync)
+        self.log(f"{stage}/acc", accuracy, on_step=False, on_epoch=True, prog_bar=True)
+        return loss
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        return self._shared_step(batch, "train", self.train_acc)
+
+    def validation_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        return self._shared_step(batch, "val", self.val_acc)
+
+    def test_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        return self._shared_step(batch, "test", self.test_acc)
+
+    def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> torch.Tensor:
+        x = batch[0] if isinstance(batch, (list, tuple)) else batch
+        return self(x).argmax(dim=1)
+
+    def configure_optimizers(self) -> Any:
+        factory = self.optimizer_factory or (lambda params: torch.optim.SGD(params, lr=0.01))
+        optimizer = factory(self.parameters())
+        if self.scheduler_config is None:
+            return optimizer
+        if callable(self.scheduler_config):
+            return {"optimizer": optimizer, "lr_scheduler": {"scheduler": self.scheduler_config(optimizer)}}
+        lr_scheduler = dict(self.scheduler_config)
+        lr_scheduler["scheduler"] = lr_scheduler["scheduler"](optimizer)
+        return {"optimizer": optimizer, "lr_scheduler": lr_scheduler}

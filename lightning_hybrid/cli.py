@@ -1,0 +1,193 @@
+"""The `lightning-hybrid` command: a Hydra app that composes model x data x strategy x trainer.
+
+    lightning-hybrid                                   # LeNet-5 on MNIST, one process
+    lightning-hybrid strategy=ddp trainer.devices=2    # two processes, synchronous DDP
+    lightning-hybrid -m optimizer.lr=0.01,0.05,0.1     # a sweep, one run folder per job
+    lightning-hybrid --help                            # every config group and option
+
+It trains, tests, and reports the final metrics and where the run's outputs are (also written to
+``metrics.json`` in the run folder). The configs are in the repository's ``configs/`` folder,
+shipped inside the package as ``lightning_hybrid.configs``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import hydra
+import pytorch_lightning as pl
+import torch
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf, read_write
+from pytorch_lightning.accelerators import CPUAccelerator
+
+from lightning_hybrid.classifier import ClassifierModule
+
+log = logging.getLogger("lightning_hybrid")
+
+# Command-line flags of Hydra itself that select which config is composed (kept for child ranks).
+_CONFIG_FLAGS = ("--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd")
+
+
+def build_strategy(cfg: DictConfig) -> Any:
+    """A strategy object from a config with ``_target_``, or a registry alias from ``alias``."""
+    if cfg.get("_target_"):
+        return instantiate(cfg)
+    alias = cfg.get("alias")
+    if not alias:
+        raise ValueError(f"a strategy config needs `_target_` (a class) or `alias` (a registered name); got {dict(cfg)}")
+    return alias
+
+
+def build_callbacks(cfg: DictConfig) -> list[pl.Callback]:
+    callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values()]
+    sim = instantiate(cfg.sim)
+    if sim.active:
+        callbacks.append(sim)
+    return callbacks
+
+
+def build_module(cfg: DictConfig) -> ClassifierModule:
+    scheduler = cfg.get("scheduler")
+    return ClassifierModule(
+        net=instantiate(cfg.model),
+        optimizer=instantiate(cfg.optimizer),
+        scheduler=None if scheduler is None else instantiate(scheduler, _convert_="all"),
+    )
+
+
+def check_resources(cfg: DictConfig, trainer: pl.Trainer) -> None:
+    """Refuse what this machine cannot run, before any process is started."""
+    cores = os.cpu_count() or 1
+    if isinstance(trainer.accelerator, CPUAccelerator) and trainer.num_devices > cores and not cfg.allow_cpu_oversubscription:
+        raise ValueError(
+            f"trainer.devices={trainer.num_devices} asks for {trainer.num_devices} CPU processes, but this machine has "
+            f"{cores} CPU cores, so they would fight over the cores. Use trainer.devices={cores} or fewer, or add "
+            "allow_cpu_oversubscription=true if you mean it (for example to test distributed code)."
+        )
+    for callback in trainer.callbacks:
+        check = getattr(callback, "check_world_size", None)
+        if check is not None:
+            check(trainer.world_size)
+
+
+def _selected_config_flags(argv: list[str]) -> list[str]:
+    """The ``--config-name``-style flags (with their values) from a command line."""
+    kept: list[str] = []
+    args = iter(argv)
+    for arg in args:
+        if arg in _CONFIG_FLAGS:
+            kept += [arg, next(args, "")]
+        elif arg.split("=", 1)[0] in _CONFIG_FLAGS:
+            kept.append(arg)
+    return kept
+
+
+@contextmanager
+def child_ranks_rerun_this_job() -> Iterator[None]:
+    """Make Lightning's subprocess launcher start the other ranks on *this* job of a sweep.
+
+    Lightning starts ranks 1..N-1 by rerunning ``sys.argv`` with ``hydra.run.dir`` set to the
+    run directory. In a multirun, ``sys.argv`` holds the whole sweep (``-m lr=0.1,0.2``) and
+    ``hydra.run.dir`` is not the job's folder, so each child would start a sweep of its own in the
+    wrong place (lightning-hydra-template issue 393). For the duration of the job, ``sys.argv`` is
+    replaced by this job's own overrides and the run directory by the job's output folder.
+    """
+    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
+        yield
+        return
+    hydra_cfg = HydraConfig.get()
+    saved_argv, saved_dir = sys.argv, hydra_cfg.run.dir
+    sys.argv = [saved_argv[0], *_selected_config_flags(saved_argv[1:]), *hydra_cfg.overrides.task]
+    with read_write(hydra_cfg.run):
+        hydra_cfg.run.dir = hydra_cfg.runtime.output_dir
+    try:
+        yield
+    finally:
+        sys.argv = saved_argv
+        with read_write(hydra_cfg.run):
+            hydra_cfg.run.dir = saved_dir
+
+
+@contextmanager
+def job_scope() -> Iterator[None]:
+    """Leave no process group or launcher environment behind for the next job of a sweep."""
+    saved_env = dict(os.environ)
+    try:
+        yield
+    finally:
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+        os.environ.clear()
+        os.environ.update(saved_env)
+
+
+def final_metrics(trainer: pl.Trainer, prefix: str = "") -> dict[str, float]:
+    """The trainer's callback metrics as floats, without the ``_step``/``_epoch`` copies of a metric."""
+    metrics = trainer.callback_metrics
+    return {
+        name: float(value)
+        for name, value in metrics.items()
+        if name.startswith(prefix) and not (name.endswith(("_step", "_epoch")) and name.rsplit("_", 1)[0] in metrics)
+    }
+
+
+def train(cfg: DictConfig) -> dict[str, float]:
+    """Fit, then test, the configured run; return its final metrics (rank 0 also reports them)."""
+    with job_scope():
+        pl.seed_everything(cfg.seed, workers=True)
+        datamodule = instantiate(cfg.data)
+        module = build_module(cfg)
+        loggers = [instantiate(c) for c in (cfg.get("logger") or {}).values()]
+        trainer: pl.Trainer = instantiate(
+            cfg.trainer, strategy=build_strategy(cfg.strategy), callbacks=build_callbacks(cfg), logger=loggers or False
+        )
+        check_resources(cfg, trainer)
+        for logger in trainer.loggers:
+            logger.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
+        with child_ranks_rerun_this_job():
+            trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+            metrics = final_metrics(trainer)
+            best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
+            if cfg.get("test", True):
+                trainer.test(module, datamodule=datamodule, ckpt_path=best or None, verbose=False)
+                metrics.update(final_metrics(trainer, prefix="test/"))
+        if trainer.is_global_zero:
+            report(metrics, Path(cfg.paths.output_dir), best)
+        return metrics
+
+
+def report(metrics: Mapping[str, float], output_dir: Path, best_checkpoint: str) -> None:
+    """Log the final metrics and where the outputs are, and write them to ``metrics.json``."""
+    output_dir.mkdir(parents=True, exist_ok=True)
+    (output_dir / "metrics.json").write_text(json.dumps(dict(sorted(metrics.items())), indent=2) + "\n")
+    lines = [f"  {name:<12} {value:.4f}" for name, value in sorted(metrics.items())]
+    log.info("final metrics:\n%s", "\n".join(lines))
+    if best_checkpoint:
+        log.info("best checkpoint: %s", best_checkpoint)
+    log.info("outputs: %s", output_dir)
+
+
+@hydra.main(version_base="1.3", config_path="pkg://lightning_hybrid.configs", config_name="train")
+def _hydra_train(cfg: DictConfig) -> float | None:
+    metrics = train(cfg)
+    # A sweeper (e.g. Optuna) optimizes the returned value.
+    return metrics.get("test/acc", metrics.get("val/acc"))
+
+
+def main() -> None:
+    """Console entry point of ``lightning-hybrid``."""
+    _hydra_train()
+
+
+if __name__ == "__main__":
+    main()
