@@ -38,10 +38,17 @@ log = logging.getLogger("lightning_hybrid")
 _CONFIG_FLAGS = ("--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd")
 
 
+def build(cfg: DictConfig, **kwargs: Any) -> Any:
+    """``hydra.utils.instantiate`` with plain Python containers, never ListConfig/DictConfig: those
+    would end up in checkpoints (hyperparameters, optimizer state) that then fail to load with
+    ``torch.load(weights_only=True)``."""
+    return instantiate(cfg, _convert_="all", **kwargs)
+
+
 def build_strategy(cfg: DictConfig) -> Any:
     """A strategy object from a config with ``_target_``, or a registry alias from ``alias``."""
     if cfg.get("_target_"):
-        return instantiate(cfg)
+        return build(cfg)
     alias = cfg.get("alias")
     if not alias:
         raise ValueError(f"a strategy config needs `_target_` (a class) or `alias` (a registered name); got {dict(cfg)}")
@@ -49,8 +56,8 @@ def build_strategy(cfg: DictConfig) -> Any:
 
 
 def build_callbacks(cfg: DictConfig) -> list[pl.Callback]:
-    callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values()]
-    sim = instantiate(cfg.sim)
+    callbacks = [build(c) for c in (cfg.get("callbacks") or {}).values()]
+    sim = build(cfg.sim)
     if sim.active:
         callbacks.append(sim)
     return callbacks
@@ -59,9 +66,9 @@ def build_callbacks(cfg: DictConfig) -> list[pl.Callback]:
 def build_module(cfg: DictConfig) -> ClassifierModule:
     scheduler = cfg.get("scheduler")
     return ClassifierModule(
-        net=instantiate(cfg.model),
-        optimizer=instantiate(cfg.optimizer),
-        scheduler=None if scheduler is None else instantiate(scheduler, _convert_="all"),
+        net=build(cfg.model),
+        optimizer=build(cfg.optimizer),
+        scheduler=None if scheduler is None else build(scheduler),
     )
 
 
@@ -145,10 +152,10 @@ def train(cfg: DictConfig) -> dict[str, float]:
     """Fit, then test, the configured run; return its final metrics (rank 0 also reports them)."""
     with job_scope():
         pl.seed_everything(cfg.seed, workers=True)
-        datamodule = instantiate(cfg.data)
+        datamodule = build(cfg.data)
         module = build_module(cfg)
-        loggers = [instantiate(c) for c in (cfg.get("logger") or {}).values()]
-        trainer: pl.Trainer = instantiate(
+        loggers = [build(c) for c in (cfg.get("logger") or {}).values()]
+        trainer: pl.Trainer = build(
             cfg.trainer, strategy=build_strategy(cfg.strategy), callbacks=build_callbacks(cfg), logger=loggers or False
         )
         check_resources(cfg, trainer)

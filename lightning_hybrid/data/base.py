@@ -2,8 +2,35 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sized
+
 import pytorch_lightning as pl
-from torch.utils.data import DataLoader, Dataset
+import torch
+from torch.utils.data import DataLoader, Dataset, RandomSampler
+
+
+class EpochSeededRandomSampler(RandomSampler):
+    """A shuffling sampler whose order depends only on ``(seed, epoch)``.
+
+    Lightning calls ``set_epoch`` at the start of every training epoch, so a run resumed from a
+    checkpoint sees the same batches as one that never stopped. It is a ``RandomSampler``, so under
+    a distributed strategy Lightning swaps in its ``DistributedSampler`` (seeded with the global
+    seed). The permutation is the one ``DistributedSampler(seed=seed)`` draws for the same epoch, so
+    one process with batch size ``k * b`` sees exactly the global batches of ``k`` DDP ranks with
+    batch size ``b``: the reference the strategies' equivalence tests compare against.
+    """
+
+    def __init__(self, data_source: Sized, seed: int = 0) -> None:
+        super().__init__(data_source)
+        self.seed = seed
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self) -> Iterator[int]:
+        generator = torch.Generator().manual_seed(self.seed + self.epoch)
+        yield from torch.randperm(len(self.data_source), generator=generator).tolist()
 
 
 class InMemoryDataModule(pl.LightningDataModule):
@@ -11,7 +38,8 @@ class InMemoryDataModule(pl.LightningDataModule):
 
     Subclasses call ``save_hyperparameters()`` with at least ``batch_size`` and ``num_workers`` and
     implement :meth:`build`; the sets are built on the first :meth:`setup` and reused afterwards.
-    The test set also serves ``predict``.
+    The test set also serves ``predict``. Training batches are shuffled by
+    :class:`EpochSeededRandomSampler`, so a resumed run sees the batches an uninterrupted one would.
     """
 
     def __init__(self) -> None:
@@ -34,7 +62,7 @@ class InMemoryDataModule(pl.LightningDataModule):
         return DataLoader(
             dataset,
             batch_size=self.hparams.batch_size,
-            shuffle=shuffle,
+            sampler=EpochSeededRandomSampler(dataset, seed=self.hparams.get("seed", 0)) if shuffle else None,
             num_workers=workers,
             persistent_workers=workers > 0,
         )

@@ -103,6 +103,7 @@ class MNISTDataModule(InMemoryDataModule):
             raise ValueError(f"subset must be a positive number of images or None, got {subset}")
         if batch_size < 1:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
+        mirrors = [str(m) for m in mirrors]  # plain strings in the checkpoint's hyperparameters
         self.save_hyperparameters(logger=False)
         self.root = Path(root).expanduser()
 

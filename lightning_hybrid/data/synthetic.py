@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 import torch
-from pytorch_lightning.utilities import rank_zero_warn
+from pytorch_lightning.utilities import rank_zero_only
 from torch.utils.data import TensorDataset
 
 from lightning_hybrid.data.base import InMemoryDataModule
@@ -40,7 +40,7 @@ class SyntheticMNISTDataModule(InMemoryDataModule):
 
     Each class is a fixed random prototype image plus Gaussian noise of scale ``noise``, so a
     model can learn it and accuracy means something in a smoke run, but it is not MNIST: the
-    datamodule says so in a warning when its data are built.
+    datamodule says so in a logged warning when its data are built.
 
     Example::
 
@@ -72,7 +72,7 @@ class SyntheticMNISTDataModule(InMemoryDataModule):
 
     def build(self) -> tuple[TensorDataset, TensorDataset, TensorDataset]:
         hp = self.hparams
-        rank_zero_warn(
+        rank_zero_only(log.warning)(
             f"Training on SYNTHETIC data (random prototypes plus noise, {hp.num_train} train samples), "
             "not MNIST: accuracies from this run say nothing about MNIST. Use data=mnist for the real digits."
         )

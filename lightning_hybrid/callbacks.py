@@ -1,0 +1,48 @@
+"""Small Lightning callbacks of the suite."""
+
+from __future__ import annotations
+
+import time
+
+import pytorch_lightning as pl
+
+
+class EpochTimer(pl.Callback):
+    """Logs each training epoch's wall-clock time and throughput.
+
+    Logged once per epoch, per rank (rank 0's values reach the loggers): ``time/epoch_s`` (seconds
+    from the first training batch to the end of the training epoch, validation excluded) and
+    ``time/samples_per_s`` (training samples this rank processed per second in that time).
+
+    Example::
+
+        >>> timer = EpochTimer()
+        >>> # pl.Trainer(callbacks=[timer]); afterwards timer.epoch_times holds one entry per epoch
+    """
+
+    def __init__(self) -> None:
+        self.epoch_times: list[float] = []
+        self._start: float | None = None
+        self._end = 0.0
+        self._samples = 0
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._start, self._samples = None, 0
+
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch, batch_idx: int) -> None:
+        if self._start is None:
+            self._start = time.perf_counter()
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs, batch, batch_idx: int) -> None:
+        first = batch[0] if isinstance(batch, (list, tuple)) else batch
+        self._samples += len(first)
+        self._end = time.perf_counter()
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._start is None:
+            return
+        # Up to the end of the last batch: validation runs before on_train_epoch_end.
+        elapsed = self._end - self._start
+        self.epoch_times.append(elapsed)
+        pl_module.log("time/epoch_s", elapsed, on_step=False, on_epoch=True)
+        pl_module.log("time/samples_per_s", self._samples / max(elapsed, 1e-9), on_step=False, on_epoch=True)

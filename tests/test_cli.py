@@ -1,0 +1,126 @@
+"""The `lightning-hybrid` command end to end, in real subprocesses (DDP ranks included)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from conftest import run_cli
+
+SMOKE = ("experiment=smoke",)
+
+
+def read_metrics(run_dir: Path) -> dict[str, float]:
+    return json.loads((run_dir / "metrics.json").read_text())
+
+
+def test_single_process_run_reports_metrics_and_outputs(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = run_cli(*SMOKE, f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    metrics = read_metrics(run_dir)
+    assert {"test/acc", "test/loss", "val/acc", "train/loss", "time/epoch_s"} <= set(metrics)
+    log = proc.stdout + proc.stderr
+    assert "final metrics" in log and f"outputs: {run_dir}" in log
+    assert "SYNTHETIC" in log
+    assert (run_dir / "checkpoints" / "last.ckpt").is_file()
+    assert (run_dir / ".hydra" / "config.yaml").is_file()
+
+
+def test_resume_from_checkpoint(tmp_path):
+    first = tmp_path / "first"
+    run_cli(*SMOKE, f"hydra.run.dir={first}", "test=false", cwd=tmp_path)
+    second = tmp_path / "second"
+    run_cli(*SMOKE, f"hydra.run.dir={second}", "trainer.max_epochs=2", f"ckpt_path={first}/checkpoints/last.ckpt", cwd=tmp_path)
+    with open(next(second.glob("csv/*/metrics.csv"))) as f:
+        epochs = {row["epoch"] for row in csv.DictReader(f) if row.get("time/epoch_s")}
+    assert epochs == {"1"}, "the resumed run must train only the epoch the first run had not done"
+
+
+@pytest.mark.multiprocess
+def test_two_process_ddp(tmp_path):
+    run_dir = tmp_path / "ddp"
+    proc = run_cli(*SMOKE, "strategy=ddp", "trainer.devices=2", "allow_cpu_oversubscription=true", f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    log = proc.stdout + proc.stderr
+    assert "Starting with 2 processes" in log
+    assert log.count("final metrics") == 1, "only rank 0 reports"
+    assert (run_dir / "train_ddp_process_1.log").is_file(), "rank 1 must run in the same run folder"
+    assert "test/acc" in read_metrics(run_dir)
+
+
+@pytest.mark.multiprocess
+def test_multirun_sweep_with_ddp_runs_each_job_once(tmp_path):
+    sweep = tmp_path / "sweep"
+    proc = run_cli(
+        "-m", *SMOKE, "strategy=ddp", "trainer.devices=2", "allow_cpu_oversubscription=true", "seed=1,2",
+        f"hydra.sweep.dir={sweep}", cwd=tmp_path, timeout=400,
+    )
+    assert sorted(p.name for p in sweep.iterdir()) == ["0", "1", "multirun.yaml"]
+    for job, seed in (("0", 1), ("1", 2)):
+        assert (sweep / job / "train_ddp_process_1.log").is_file()
+        assert (sweep / job / "metrics.json").is_file()
+        assert f"seed: {seed}" in (sweep / job / ".hydra" / "config.yaml").read_text()
+    # ranks 1 must not have started sweeps (or runs) of their own anywhere else
+    assert not (tmp_path / "outputs").exists()
+    assert (proc.stdout + proc.stderr).count("Launching 2 jobs locally") == 1
+
+
+@pytest.mark.multiprocess
+def test_sim_slowdown_slows_ddp(tmp_path):
+    def epoch_time(*overrides):
+        run_dir = tmp_path / str(len(list(tmp_path.iterdir())))
+        run_cli(
+            "data=synthetic", "data.num_train=4096", "data.batch_size=128", "trainer=debug", "trainer.limit_train_batches=16",
+            "trainer.max_epochs=2", "strategy=ddp", "trainer.devices=2", "allow_cpu_oversubscription=true", "test=false",
+            f"hydra.run.dir={run_dir}", *overrides, cwd=tmp_path,
+        )
+        with open(next(run_dir.glob("csv/*/metrics.csv"))) as f:
+            return [float(r["time/epoch_s"]) for r in csv.DictReader(f) if r.get("time/epoch_s")][-1]
+
+    base = epoch_time()
+    slowed = epoch_time("sim.slowdown=[1.0,3.0]")
+    # synchronous DDP runs at the pace of its slowest rank
+    assert 1.6 < slowed / base < 4.5, (base, slowed)
+
+
+def test_unknown_key_and_option(tmp_path):
+    proc = run_cli("trainer.not_a_knob=1", cwd=tmp_path, check=False)
+    assert proc.returncode != 0 and "not_a_knob" in proc.stderr
+    proc = run_cli("model=resnet9000", cwd=tmp_path, check=False)
+    assert proc.returncode != 0 and "model/resnet9000" in proc.stderr and "lenet5" in proc.stderr
+
+
+def test_too_many_cpu_devices(tmp_path):
+    too_many = (os.cpu_count() or 1) + 1
+    proc = run_cli(*SMOKE, "strategy=ddp", f"trainer.devices={too_many}", f"hydra.run.dir={tmp_path / 'r'}", cwd=tmp_path, check=False)
+    assert proc.returncode != 0
+    assert f"trainer.devices={too_many}" in proc.stderr and "allow_cpu_oversubscription=true" in proc.stderr
+    assert not (tmp_path / "r" / "train_ddp_process_1.log").exists(), "refused before any process started"
+
+
+def test_slowdown_length_mismatch_fails_before_launch(tmp_path):
+    proc = run_cli(*SMOKE, "sim.slowdown=[1.0,2.0,3.0]", f"hydra.run.dir={tmp_path / 'r'}", cwd=tmp_path, check=False)
+    assert proc.returncode != 0 and "3 factors" in proc.stderr and "1 training ranks" in proc.stderr
+
+
+def test_offline_mnist_error(tmp_path):
+    proc = run_cli(
+        f"data.root={tmp_path / 'nothing'}", "data.mirrors=[http://127.0.0.1:9/]", f"hydra.run.dir={tmp_path / 'r'}",
+        cwd=tmp_path, check=False,
+    )
+    assert proc.returncode != 0
+    assert "train-images-idx3-ubyte.gz" in proc.stderr and "t10k-labels-idx1-ubyte.gz" in proc.stderr
+    assert "data=synthetic" in proc.stderr and str(tmp_path / "nothing") in proc.stderr
+
+
+def test_real_mnist_lenet5(real_mnist, tmp_path):
+    run_dir = tmp_path / "mnist"
+    run_cli(
+        f"data.root={real_mnist}", "data.subset=6000", "trainer.max_epochs=2", "trainer.accelerator=cpu",
+        f"hydra.run.dir={run_dir}", cwd=tmp_path,
+    )
+    # LeNet-5 on 5.5k real training digits for two epochs; the full set gives ~0.99 (README).
+    assert read_metrics(run_dir)["test/acc"] > 0.9

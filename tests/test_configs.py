@@ -1,0 +1,82 @@
+"""Every option of every config group composes, and the objects it names instantiate."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import pytorch_lightning as pl
+import torch
+from hydra import compose, initialize_config_module
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import open_dict
+
+from lightning_hybrid.cli import build, build_callbacks, build_module, build_strategy
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+GROUPS = sorted(p.name for p in CONFIGS.iterdir() if p.is_dir() and p.name != "hydra")
+
+
+def options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONFIGS / group).glob("*.yaml"))
+
+
+def compose_run(tmp_path: Path, *overrides: str):
+    GlobalHydra.instance().clear()
+    with initialize_config_module("lightning_hybrid.configs", version_base="1.3"):
+        cfg = compose(
+            "train",
+            overrides=[f"paths.root_dir={tmp_path}", f"paths.output_dir={tmp_path / 'out'}", *overrides],
+            return_hydra_config=True,
+        )
+    HydraConfig.instance().set_config(cfg)
+    with open_dict(cfg):
+        del cfg["hydra"]
+    return cfg
+
+
+def test_every_group_has_options():
+    assert set(GROUPS) >= {"model", "data", "strategy", "trainer", "sim", "logger", "callbacks", "experiment"}
+    for group in GROUPS:
+        assert options(group), f"configs/{group} is empty"
+
+
+@pytest.mark.parametrize("group, option", [(g, o) for g in GROUPS for o in options(g)])
+def test_option_composes_and_instantiates(tmp_path, group, option):
+    extra = ["trainer.devices=2"] if (group, option) in {("strategy", "ddp"), ("strategy", "ddp_spawn"), ("sim", "two_speeds")} else []
+    cfg = compose_run(tmp_path, f"{group}={option}", *extra)
+    if group != "experiment":  # experiments are `# @package _global_`: they change other groups
+        assert group in cfg
+    build(cfg.data)
+    module = build_module(cfg)
+    module.trainer = None
+    optimizer_config = module.configure_optimizers()
+    assert isinstance(optimizer_config if isinstance(optimizer_config, torch.optim.Optimizer) else optimizer_config["optimizer"], torch.optim.Optimizer)
+    callbacks = build_callbacks(cfg)
+    loggers = [build(c) for c in (cfg.get("logger") or {}).values()]
+    if cfg.trainer.accelerator == "gpu" and not torch.cuda.is_available():
+        pytest.skip("trainer=gpu composed and its objects built, but this machine has no GPU to build the Trainer on")
+    trainer = build(cfg.trainer, strategy=build_strategy(cfg.strategy), callbacks=callbacks, logger=loggers or False)
+    assert isinstance(trainer, pl.Trainer)
+
+
+def test_every_knob_is_reachable_by_override(tmp_path):
+    cfg = compose_run(
+        tmp_path, "model.activation=tanh", "optimizer.lr=0.2", "data.batch_size=7", "trainer.max_epochs=9",
+        "sim.slowdown=[1.0,4.0]", "sim.straggle_prob=0.1", "scheduler=step", "scheduler.scheduler.gamma=0.1",
+        "logger.csv.name=mine", "callbacks.model_checkpoint.save_top_k=3", "strategy=ddp",
+        "strategy.find_unused_parameters=true", "trainer.devices=2",
+    )
+    assert build(cfg.data).hparams.batch_size == 7
+    assert build(cfg.optimizer).keywords["lr"] == 0.2
+    assert build(cfg.sim).slowdown == [1.0, 4.0]
+    assert build(cfg.scheduler)["scheduler"].keywords["gamma"] == 0.1
+    assert build(cfg.logger.csv).name == "mine"
+    assert build_strategy(cfg.strategy)._ddp_kwargs["find_unused_parameters"] is True
+
+
+def test_experiment_overrides_defaults(tmp_path):
+    cfg = compose_run(tmp_path, "experiment=zhang2017_lenet5_mnist")
+    assert cfg.trainer.max_steps == 10000 and cfg.data.batch_size == 64
+    assert cfg.model._target_.endswith("LeNet5")
