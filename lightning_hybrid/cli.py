@@ -177,7 +177,8 @@ def report(metrics: Mapping[str, float], output_dir: Path, best_checkpoint: str)
     """Log the final metrics and where the outputs are, and write them to ``metrics.json``."""
     output_dir.mkdir(parents=True, exist_ok=True)
     (output_dir / "metrics.json").write_text(json.dumps(dict(sorted(metrics.items())), indent=2) + "\n")
-    lines = [f"  {name:<12} {value:.4f}" for name, value in sorted(metrics.items())]
+    width = max((len(name) for name in metrics), default=0)
+    lines = [f"  {name:<{width}}  {value:.4f}" for name, value in sorted(metrics.items())]
     log.info("final metrics:\n%s", "\n".join(lines))
     if best_checkpoint:
         log.info("best checkpoint: %s", best_checkpoint)
