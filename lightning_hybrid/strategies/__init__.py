@@ -1,7 +1,15 @@
-"""Lightning strategies of the suite (Lightning glue only; the algorithms live in their own packages).
+"""Lightning strategies of the suite (Lightning glue only; the algorithms live in ``comm/`` and friends).
 
-Each strategy registers a string alias with Lightning's ``StrategyRegistry`` when this package is
-imported (``import lightning_hybrid`` does so). Planned: ``SSPStrategy`` ("ssp"),
-``AllReduceASGDStrategy`` ("allreduce_asgd"), ``HybridParallelStrategy`` ("hybrid") and
-``PartitionedInferenceStrategy`` ("partitioned_inference"); see the README's table.
+Importing this package registers each strategy's string aliases with Lightning's
+``StrategyRegistry`` (``import lightning_hybrid`` does so): ``"ssp"``, ``"ssp_bounded"``,
+``"ssp_async"``. Planned: ``AllReduceASGDStrategy`` ("allreduce_asgd"), ``HybridParallelStrategy``
+("hybrid") and ``PartitionedInferenceStrategy`` ("partitioned_inference"); see the README's table.
 """
+
+from pytorch_lightning.strategies import StrategyRegistry
+
+from lightning_hybrid.strategies.ssp import ServerSampler, SSPStrategy
+
+SSPStrategy.register_strategies(StrategyRegistry)
+
+__all__ = ["SSPStrategy", "ServerSampler"]

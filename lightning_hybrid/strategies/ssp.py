@@ -1,0 +1,473 @@
+"""SSPStrategy: data parallelism with a parameter server and bounded staleness (Lightning glue).
+
+The algorithms live in :mod:`lightning_hybrid.comm`; this module wires them into Lightning:
+it starts the server process, hands the user's optimizer to it, replaces the training sampler by
+one that asks the server for batches, turns each optimizer step into a push of the gradient and
+a pull of the newest parameters, and puts every collective Lightning does (validation, logging
+with ``sync_dist``, checkpointing, early stopping) at a global synchronization point.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+import torch.distributed as dist
+from lightning_fabric.strategies import _StrategyRegistry
+from pytorch_lightning.callbacks import Callback, ModelCheckpoint
+from pytorch_lightning.strategies import DDPStrategy
+from pytorch_lightning.strategies.launchers import _SubprocessScriptLauncher
+from pytorch_lightning.trainer.states import RunningStage, TrainerFn
+from pytorch_lightning.utilities.data import _update_dataloader
+from pytorch_lightning.utilities.exceptions import SIGTERMException
+from pytorch_lightning.utilities.rank_zero import rank_zero_warn
+from torch.utils.data import DataLoader, Sampler
+
+from lightning_hybrid.comm.channel import open_channel
+from lightning_hybrid.comm.sync_controller import validate_staleness
+from lightning_hybrid.comm.worker_client import DatasetShape, ParameterServerClient
+
+log = logging.getLogger(__name__)
+
+_SESSIONS = itertools.count()
+
+
+class ServerSampler(Sampler[int]):
+    """Training sampler of an SSP worker: asks the parameter server for each batch of indices.
+
+    The server deals the epoch's shuffled indices in batch-sized chunks to whichever worker asks,
+    so a fast worker trains on more batches and the epoch still covers every sample once. It has
+    no length: how many batches this worker gets is decided while the epoch runs.
+    """
+
+    def __init__(self, strategy: SSPStrategy) -> None:
+        self.strategy = strategy
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self) -> Iterator[int]:
+        client, dataset = self.strategy.client, self.strategy.dataset_shape
+        while (chunk := client.next_chunk(self.epoch, dataset)) is not None:
+            yield from chunk.tolist()
+
+
+@dataclass
+class WorkerEpochStats:
+    """One worker's figures for one epoch (logged as ``ssp/worker{rank}/...``)."""
+
+    iterations: int = 0
+    samples: int = 0
+    staleness_mean: float = 0.0
+    staleness_max: int = 0
+    wait_s: float = 0.0
+    train_s: float = 0.0
+    max_gap: int = 0
+    samples_per_s: float = 0.0
+
+
+class _OptimizerOnServer:
+    """What Lightning's precision plugin steps: run the closure (forward, backward, clipping), then
+    push the gradient to the server and pull the parameters instead of stepping locally."""
+
+    def __init__(self, strategy: SSPStrategy, optimizer: torch.optim.Optimizer) -> None:
+        self._strategy = strategy
+        self._optimizer = optimizer
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._optimizer, name)
+
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        loss = closure() if closure is not None else None
+        self._strategy._push_and_pull(self._optimizer)
+        return loss
+
+
+class _SyncPoints(Callback):
+    """Puts the strategy's global synchronizations where Lightning runs its collectives."""
+
+    def __init__(self, strategy: SSPStrategy) -> None:
+        self.strategy = strategy
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.strategy._start_session(trainer)
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # The server decides how many batches each worker gets (limit_train_batches caps the total).
+        trainer.fit_loop.max_batches = float("inf")
+        self.strategy._begin_async_phase()
+
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.state.fn == TrainerFn.FITTING and not trainer.sanity_checking:
+            self.strategy.global_sync()
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.strategy.global_sync()
+        self.strategy._log_epoch_stats(pl_module)
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.strategy._end_session()
+
+
+class SSPStrategy(DDPStrategy):
+    """Stale-synchronous or delay-synchronous data parallelism with a parameter server.
+
+    One worker process per device trains on batches the server hands out; after each optimizer
+    step it pushes its gradient and pulls the newest parameters, waiting only as much as the
+    staleness bound demands. The server (a separate process started by global rank 0, joined
+    through the run's usual rendezvous, CPU tensors over gloo) holds the authoritative parameters
+    and runs the user's optimizer. Lightning's world size counts workers only.
+
+    Args:
+        staleness: how many iterations the fastest worker may be ahead of the slowest. ``0`` is
+            bulk-synchronous (one averaged update per round: the same as DDP); ``float("inf")`` is
+            fully asynchronous.
+        sync: ``"delay"`` (Zhang et al. 2017): once the fastest is ``staleness`` ahead, everyone
+            finishes its iteration, all workers get the same parameters, and counting restarts.
+            ``"bounded"`` (Ho et al. 2013, SSP): a worker may start its next iteration while it is at
+            most ``staleness`` ahead of the slowest; no reset.
+        timeout: seconds a worker or the server waits for the other side before failing with an
+            error (a dead or stalled worker ends the run instead of hanging it).
+        process_group_backend: backend of the workers' own group (``None``: gloo on CPU, nccl on
+            GPU); the server channel is always gloo.
+
+    Semantics to know:
+
+    * Sync points: the end of every training epoch (before validation), the start and end of
+      fitting. Validation, checkpoints, early stopping and epoch-level ``sync_dist`` logging happen
+      there. Between them, step-level ``sync_dist`` reductions stay local to the worker (warned once).
+    * The learning-rate schedulers run on each worker as usual and the server applies the pushing
+      worker's current learning rates; the optimizer state (momentum, Adam moments) is the server's
+      and lands in checkpoints at each sync point. Resuming from such a checkpoint continues the run.
+    * Not supported (a clear error before workers start): manual optimization, several
+      optimizers, ``max_steps``, mid-epoch validation (``val_check_interval`` other than 1.0),
+      step- or time-based checkpointing, fractional ``limit_train_batches``, fp16 with a gradient
+      scaler, fewer than two workers.
+    * BatchNorm-style buffers stay per worker during an epoch and are broadcast from worker 0 at
+      the epoch's synchronization.
+
+    Example::
+
+        >>> import pytorch_lightning as pl
+        >>> from lightning_hybrid import SSPStrategy
+        >>> trainer = pl.Trainer(accelerator="cpu", devices=2, strategy=SSPStrategy(staleness=3))
+        >>> # trainer.fit(model, datamodule)        or: pl.Trainer(strategy="ssp", devices=4)
+    """
+
+    strategy_name = "ssp"
+
+    def __init__(
+        self,
+        staleness: float | int = 3,
+        sync: str = "delay",
+        timeout: float = 300.0,
+        accelerator: Any = None,
+        parallel_devices: list[torch.device] | None = None,
+        cluster_environment: Any = None,
+        checkpoint_io: Any = None,
+        precision_plugin: Any = None,
+        process_group_backend: str | None = None,
+    ) -> None:
+        super().__init__(
+            accelerator=accelerator,
+            parallel_devices=parallel_devices,
+            cluster_environment=cluster_environment,
+            checkpoint_io=checkpoint_io,
+            precision_plugin=precision_plugin,
+            process_group_backend=process_group_backend,
+            start_method="popen",
+        )
+        self.staleness = validate_staleness(staleness, sync)
+        self.sync = sync
+        if not timeout > 0:
+            raise ValueError(f"timeout must be a positive number of seconds, got {timeout}")
+        self.timeout = float(timeout)
+        self.client: ParameterServerClient | None = None
+        self.history: list[list[WorkerEpochStats]] = []
+        self._server: subprocess.Popen | None = None
+        self._sync_callback: _SyncPoints | None = None
+        self._params: list[torch.Tensor] = []
+        self._flat: torch.Tensor | None = None
+        self.dataset_shape: DatasetShape | None = None
+        self._async = False
+        self._warned_local_reduce = False
+        self._reset_epoch_stats()
+
+    # ------------------------------------------------------------------ launching and checks
+    @property
+    def num_workers(self) -> int:
+        return self.num_nodes * self.num_processes
+
+    def _configure_launcher(self) -> None:
+        assert self.cluster_environment is not None
+        self._launcher = _SSPLauncher(self, self.cluster_environment, self.num_processes, self.num_nodes)
+
+    def check_trainer(self, trainer: pl.Trainer, model: pl.LightningModule | None) -> None:
+        """Refuse what SSP cannot run, with what to do instead (called before workers start)."""
+        if self.num_workers < 2:
+            raise ValueError(
+                f"SSPStrategy needs at least two workers, got {self.num_workers}; set devices=2 or more "
+                "(CPU: each device is one worker process)."
+            )
+        if model is not None and not model.automatic_optimization:
+            raise ValueError("SSPStrategy supports automatic optimization only (the server runs the optimizer step).")
+        if trainer.max_steps != -1:
+            raise ValueError(
+                f"SSPStrategy does not support max_steps={trainer.max_steps}: workers run different numbers of "
+                "steps. Bound the run with max_epochs (and limit_train_batches) instead."
+            )
+        if trainer.val_check_interval != 1.0:
+            raise ValueError(
+                f"SSPStrategy validates at the end of each epoch only (a global sync point); got "
+                f"val_check_interval={trainer.val_check_interval}. Use check_val_every_n_epoch instead."
+            )
+        limit = trainer.limit_train_batches
+        if isinstance(limit, float) and limit != 1.0:
+            raise ValueError(
+                f"SSPStrategy supports limit_train_batches as an integer (batches per worker, pooled) or 1.0, got {limit}"
+            )
+        for callback in trainer.callbacks:
+            if isinstance(callback, ModelCheckpoint) and (
+                callback._every_n_train_steps or callback._train_time_interval is not None
+            ):
+                raise ValueError(
+                    "SSPStrategy saves checkpoints at epoch ends only (global sync points); ModelCheckpoint has "
+                    "every_n_train_steps or train_time_interval set. Use every_n_epochs."
+                )
+        if getattr(self.precision_plugin, "scaler", None) is not None:
+            raise ValueError("SSPStrategy does not support fp16 with a gradient scaler; use precision='bf16-mixed' or 32.")
+
+    # ------------------------------------------------------------------ model and optimizer
+    def _setup_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        return model  # no DDP wrapper: gradients go to the parameter server
+
+    def _register_ddp_hooks(self) -> None:
+        pass
+
+    def setup(self, trainer: pl.Trainer) -> None:
+        super().setup(trainer)
+        if trainer.state.fn != TrainerFn.FITTING:
+            return
+        self.check_trainer(trainer, self.lightning_module)
+        if len(self.optimizers) != 1:
+            raise ValueError(f"SSPStrategy supports exactly one optimizer, configure_optimizers returned {len(self.optimizers)}")
+        self._params = [p for group in self.optimizers[0].param_groups for p in group["params"]]
+        self._flat = torch.empty(sum(p.numel() for p in self._params), dtype=torch.float32)
+        self._open_server_channel()
+        self._sync_callback = _SyncPoints(self)
+        trainer.callbacks.insert(0, self._sync_callback)
+        self._make_sigterm_check_local(trainer)
+
+    @staticmethod
+    def _make_sigterm_check_local(trainer: pl.Trainer) -> None:
+        """Lightning 2.6 broadcasts a SIGTERM flag from rank 0 after every training batch: a collective
+        that would lock the workers into step with each other. Under SSP each worker checks its own
+        flag instead; the others stop when the server channel closes."""
+        epoch_loop = trainer.fit_loop.epoch_loop
+        if not hasattr(epoch_loop, "_broadcast_sigterm_tensor"):
+            return
+
+        def check_local_sigterm() -> None:
+            if getattr(trainer, "received_sigterm", False):
+                raise SIGTERMException()
+
+        epoch_loop._broadcast_sigterm_tensor = check_local_sigterm
+
+    def _open_server_channel(self) -> None:
+        env = self.cluster_environment
+        host, port = env.main_address, env.main_port
+        prefix = f"lightning_hybrid/ssp/{next(_SESSIONS)}/"
+        if self.global_rank == 0:
+            command = [
+                sys.executable, "-m", "lightning_hybrid.comm.parameter_server", "--host", str(host), "--port", str(port),
+                "--prefix", prefix, "--workers", str(self.num_workers), "--timeout", str(self.timeout),
+                "--staleness", str(self.staleness), "--sync", self.sync,
+            ]
+            self._server = subprocess.Popen(command)
+        pg = open_channel(host, port, prefix, self.global_rank + 1, self.num_workers + 1, self.timeout)
+        self.client = ParameterServerClient(pg, self.global_rank)
+
+    def process_dataloader(self, dataloader: object) -> object:
+        trainer = self.lightning_module.trainer if self.lightning_module is not None else None
+        if self.client is None or trainer is None or not trainer.training or not isinstance(dataloader, DataLoader):
+            return dataloader
+        if dataloader.batch_size is None:
+            raise ValueError("SSPStrategy needs a training DataLoader with a batch_size (the server deals batches)")
+        limit = trainer.limit_train_batches
+        self.dataset_shape = DatasetShape(
+            num_samples=len(dataloader.dataset),
+            batch_size=dataloader.batch_size,
+            drop_last=dataloader.drop_last,
+            max_chunks=None if isinstance(limit, float) else int(limit) * self.num_workers,
+            seed=int(os.environ.get("PL_GLOBAL_SEED", 0)),  # DistributedSampler's seed: the same epoch order
+        )
+        return _update_dataloader(dataloader, ServerSampler(self), mode=RunningStage.TRAINING)
+
+    def _start_session(self, trainer: pl.Trainer) -> None:
+        if self.global_rank == 0:
+            self.client.init(self.optimizers[0])
+        super().barrier("ssp-init")
+        self._pull_at_sync()
+
+    # ------------------------------------------------------------------ the training step
+    def optimizer_step(self, optimizer: Any, closure: Callable[[], Any], model: Any = None, **kwargs: Any) -> Any:
+        if self.client is None:
+            return super().optimizer_step(optimizer, closure, model, **kwargs)
+        model = model or self.lightning_module
+        inner = getattr(optimizer, "_optimizer", optimizer)  # a LightningOptimizer wraps the optimizer
+        return self.precision_plugin.optimizer_step(_OptimizerOnServer(self, inner), model=model, closure=closure, **kwargs)
+
+    def _push_and_pull(self, optimizer: torch.optim.Optimizer) -> None:
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self._params]
+        flat_grad = torch.cat([g.reshape(-1) for g in grads]).to("cpu", torch.float32)
+        start = time.perf_counter()
+        info = self.client.push(flat_grad, [group["lr"] for group in optimizer.param_groups], self._flat)
+        stats = self._epoch
+        stats["wait_s"] += time.perf_counter() - start
+        stats["iterations"] += 1
+        stats["staleness_sum"] += info.staleness
+        stats["staleness_max"] = max(stats["staleness_max"], info.staleness)
+        stats["max_gap"] = max(stats["max_gap"], info.max_gap)
+        self._load_flat()
+
+    def _load_flat(self) -> None:
+        offset = 0
+        with torch.no_grad():
+            for p in self._params:
+                n = p.numel()
+                p.copy_(self._flat[offset : offset + n].view_as(p))
+                offset += n
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        if self.client is not None:
+            first = batch[0] if isinstance(batch, (list, tuple)) else batch
+            self._epoch["samples"] += len(first) if hasattr(first, "__len__") else 0
+        super().on_train_batch_start(batch, batch_idx)
+
+    # ------------------------------------------------------------------ sync points
+    def _reset_epoch_stats(self) -> None:
+        self._epoch: dict[str, float] = dict(iterations=0, samples=0, staleness_sum=0, staleness_max=0, wait_s=0.0, max_gap=0)
+        self._epoch_start = time.perf_counter()
+
+    def _begin_async_phase(self) -> None:
+        self._reset_epoch_stats()
+        self._async = True
+
+    def global_sync(self) -> None:
+        """End of this worker's epoch: wait for all workers, take the server's parameters (idempotent)."""
+        if not self._async or self.client is None:
+            return
+        self._epoch["train_s"] = time.perf_counter() - self._epoch_start
+        self._pull_at_sync()
+        self._async = False
+
+    def _pull_at_sync(self) -> None:
+        self.client.finish(self._flat)
+        self._load_flat()
+        for buffer in self.lightning_module.buffers():
+            dist.broadcast(buffer, src=0)
+        if self.global_rank == 0:
+            # The server's optimizer state, so that checkpoints written now hold it.
+            self.optimizers[0].load_state_dict(self.client.optimizer_state())
+
+    def _log_epoch_stats(self, pl_module: pl.LightningModule) -> None:
+        e = self._epoch
+        mine = WorkerEpochStats(
+            iterations=int(e["iterations"]), samples=int(e["samples"]),
+            staleness_mean=e["staleness_sum"] / max(e["iterations"], 1), staleness_max=int(e["staleness_max"]),
+            wait_s=e["wait_s"], train_s=e.get("train_s", 0.0), max_gap=int(e["max_gap"]),
+            samples_per_s=e["samples"] / max(e.get("train_s", 0.0), 1e-9),
+        )
+        fields = list(asdict(mine))
+        local = torch.tensor([float(v) for v in asdict(mine).values()], dtype=torch.float64)
+        gathered = [torch.zeros_like(local) for _ in range(self.num_workers)]
+        dist.all_gather(gathered, local)
+        epoch_stats = [WorkerEpochStats(**{f: type(getattr(mine, f))(v) for f, v in zip(fields, t.tolist())}) for t in gathered]
+        self.history.append(epoch_stats)
+        for rank, stats in enumerate(epoch_stats):
+            for name, value in asdict(stats).items():
+                pl_module.log(f"ssp/worker{rank}/{name}", float(value), on_step=False, on_epoch=True, sync_dist=False)
+        pl_module.log("ssp/max_gap", float(max(s.max_gap for s in epoch_stats)), on_step=False, on_epoch=True)
+
+    def _end_session(self) -> None:
+        if self.client is None:
+            return
+        self.global_sync()
+        super().barrier("ssp-end")
+        if self.global_rank == 0:
+            self.client.shutdown()
+            self._stop_server()
+        self.client = None
+
+    def _stop_server(self) -> None:
+        if self._server is None:
+            return
+        try:
+            self._server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self._server.kill()
+        self._server = None
+
+    # ------------------------------------------------------------------ Lightning's collectives
+    def reduce(self, tensor: Any, group: Any = None, reduce_op: Any = "mean") -> Any:
+        if self._async:
+            if not self._warned_local_reduce:
+                rank_zero_warn(
+                    "SSPStrategy: a sync_dist reduction between sync points stays local to each worker (workers are "
+                    "at different steps). Epoch-level metrics are reduced at the epoch's global sync."
+                )
+                self._warned_local_reduce = True
+            return tensor
+        return super().reduce(tensor, group=group, reduce_op=reduce_op)
+
+    def barrier(self, name: str | None = None) -> None:
+        if not self._async:
+            super().barrier(name)
+
+    def teardown(self) -> None:
+        if self._sync_callback is not None and self.lightning_module is not None and self.lightning_module._trainer:
+            callbacks = self.lightning_module.trainer.callbacks
+            if self._sync_callback in callbacks:
+                callbacks.remove(self._sync_callback)
+        self._sync_callback = None
+        if self._server is not None and self._server.poll() is None:
+            self._server.terminate()
+            self._stop_server()
+        self.client = None
+        self._async = False
+        super().teardown()
+
+    @classmethod
+    def register_strategies(cls, strategy_registry: _StrategyRegistry) -> None:
+        strategy_registry.register(
+            "ssp", cls, description="Delay-synchronous data parallelism with a parameter server (staleness 3)"
+        )
+        strategy_registry.register(
+            "ssp_bounded", cls, description="Stale-synchronous parallel (Ho et al. 2013), staleness 3", sync="bounded"
+        )
+        strategy_registry.register("ssp_async", cls, description="Fully asynchronous parameter server", staleness=math.inf)
+
+
+class _SSPLauncher(_SubprocessScriptLauncher):
+    """Lightning's subprocess launcher, checking the run before any worker process starts."""
+
+    def __init__(self, strategy: SSPStrategy, *args: Any) -> None:
+        super().__init__(*args)
+        self.strategy = strategy
+
+    def launch(self, function: Callable, *args: Any, trainer: pl.Trainer | None = None, **kwargs: Any) -> Any:
+        if trainer is not None and trainer.state.fn == TrainerFn.FITTING:
+            model = args[0] if args and isinstance(args[0], pl.LightningModule) else None
+            self.strategy.check_trainer(trainer, model)
+        return super().launch(function, *args, trainer=trainer, **kwargs)
