@@ -47,6 +47,21 @@ def tiny_mnist(tmp_path: Path) -> Path:
     return folder
 
 
+TRAIN_SCRIPT = Path(__file__).with_name("train_script.py")
+
+
+def run_train_script(out: Path, *args: str, timeout: float = 240, check: bool = True) -> subprocess.CompletedProcess:
+    """Run tests/train_script.py (a user's script with its own Trainer) writing into ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_RANK", "MASTER_PORT", "WORLD_SIZE", "NODE_RANK")}
+    proc = subprocess.run(
+        [sys.executable, str(TRAIN_SCRIPT), str(out), *args], env=env, capture_output=True, text=True, timeout=timeout
+    )
+    if check and proc.returncode != 0:
+        pytest.fail(f"train_script.py {' '.join(args)} exited {proc.returncode}:\n{proc.stderr[-6000:]}")
+    return proc
+
+
 def run_cli(*overrides: str, cwd: Path, timeout: float = 240, check: bool = True) -> subprocess.CompletedProcess:
     """Run ``python -m lightning_hybrid.cli`` with overrides in ``cwd``; fail the test on timeout."""
     env = {**os.environ, "HYDRA_FULL_ERROR": "0", "PYTHONWARNINGS": "ignore"}

@@ -135,13 +135,12 @@ class ParameterServer:
                 num_samples, batch_size, self.num_workers, seed=seed, drop_last=bool(drop_last),
                 dynamic=not self.controller.bsp, max_chunks=None if max_chunks < 0 else max_chunks,
             )
-        if epoch != self.dispenser.epoch:
-            if self.dispenser.epoch is not None and not self.dispenser.exhausted:
-                raise RuntimeError(
-                    f"worker {worker} asked for epoch {epoch} while epoch {self.dispenser.epoch} is still being dealt"
-                )
+        # Workers move to a new epoch together (after its global synchronization). A request for a
+        # later epoch starts it; one for an earlier epoch comes from an iterator Lightning abandons
+        # (it prefetches when restoring a finished epoch from a checkpoint) and gets "epoch over".
+        if self.dispenser.epoch is None or epoch > self.dispenser.epoch:
             self.dispenser.start_epoch(epoch)
-        chunk = self.dispenser.next_chunk(worker)
+        chunk = self.dispenser.next_chunk(worker) if epoch == self.dispenser.epoch else None
         if chunk is None:
             self._reply(worker, [Op.CHUNK, 0])
         else:

@@ -52,14 +52,13 @@ class ServerSampler(Sampler[int]):
 
     def __init__(self, strategy: SSPStrategy) -> None:
         self.strategy = strategy
-        self.epoch = 0
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
 
     def __iter__(self) -> Iterator[int]:
+        # The epoch is read from the fit loop, not from set_epoch: when Lightning resumes from an
+        # end-of-epoch checkpoint it starts iterating the next epoch before calling set_epoch.
+        fit_loop = self.strategy.lightning_module.trainer.fit_loop
         client, dataset = self.strategy.client, self.strategy.dataset_shape
-        while (chunk := client.next_chunk(self.epoch, dataset)) is not None:
+        while (chunk := client.next_chunk(fit_loop.epoch_progress.current.processed, dataset)) is not None:
             yield from chunk.tolist()
 
 
@@ -102,11 +101,6 @@ class _SyncPoints(Callback):
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.strategy._start_session(trainer)
-
-    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        # The server decides how many batches each worker gets (limit_train_batches caps the total).
-        trainer.fit_loop.max_batches = float("inf")
-        self.strategy._begin_async_phase()
 
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.state.fn == TrainerFn.FITTING and not trainer.sanity_checking:
@@ -351,6 +345,8 @@ class SSPStrategy(DDPStrategy):
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
         if self.client is not None:
+            if not self._async:  # the epoch's first batch (on_train_epoch_start is skipped on some restarts)
+                self._begin_async_phase()
             first = batch[0] if isinstance(batch, (list, tuple)) else batch
             self._epoch["samples"] += len(first) if hasattr(first, "__len__") else 0
         super().on_train_batch_start(batch, batch_idx)
@@ -363,6 +359,8 @@ class SSPStrategy(DDPStrategy):
     def _begin_async_phase(self) -> None:
         self._reset_epoch_stats()
         self._async = True
+        # The server decides how many batches each worker gets (limit_train_batches caps the total).
+        self.lightning_module.trainer.fit_loop.max_batches = float("inf")
 
     def global_sync(self) -> None:
         """End of this worker's epoch: wait for all workers, take the server's parameters (idempotent)."""

@@ -1,0 +1,145 @@
+"""SSPStrategy end to end: real worker processes, a real parameter-server process, gloo."""
+
+from __future__ import annotations
+
+import json
+import time
+from functools import partial
+
+import pytest
+import pytorch_lightning as pl
+import torch
+
+from conftest import run_train_script
+from lightning_hybrid import ClassifierModule, SSPStrategy
+from lightning_hybrid.data import SyntheticMNISTDataModule
+from lightning_hybrid.models import MLP
+
+pytestmark = pytest.mark.multiprocess
+
+
+def load(path):
+    return torch.load(path, weights_only=False)
+
+
+def test_staleness_zero_equals_ddp(tmp_path):
+    common = ["--devices", "2", "--batch-size", "16", "--epochs", "3"]
+    run_train_script(tmp_path / "ddp", "--strategy", "ddp", *common)
+    run_train_script(tmp_path / "ssp", "--strategy", "ssp", "--staleness", "0", *common)
+    ddp, ssp0, ssp1 = load(tmp_path / "ddp" / "rank0.pt"), load(tmp_path / "ssp" / "rank0.pt"), load(tmp_path / "ssp" / "rank1.pt")
+    for name in ddp:
+        torch.testing.assert_close(ssp0[name], ssp1[name], rtol=0, atol=0, msg=f"SSP workers disagree on {name}")
+        torch.testing.assert_close(ssp0[name], ddp[name], rtol=1e-5, atol=1e-6, msg=f"SSP(0) != DDP on {name}")
+
+
+@pytest.mark.parametrize("sync", ["delay", "bounded"])
+def test_straggler_gap_bound_and_every_sample_once(tmp_path, sync):
+    out = tmp_path / sync
+    run_train_script(out, "--strategy", "ssp", "--staleness", "2", "--sync", sync, "--slowdown", "1,3",
+                     "--samples", "512", "--batch-size", "16", "--epochs", "2")
+    history = json.loads((out / "ssp_history.json").read_text())
+    assert len(history) == 2
+    for epoch_stats in history:
+        assert max(w["max_gap"] for w in epoch_stats) <= 2
+        assert sum(w["iterations"] for w in epoch_stats) == 512 // 16
+    if sync == "delay":
+        fast, slow = (sum(epoch[w]["iterations"] for epoch in history) for w in (0, 1))
+        assert fast > slow, history
+    seen = [load(out / f"indices_rank{r}.pt") for r in (0, 1)]
+    for epoch in (0, 1):
+        indices = seen[0].get(epoch, []) + seen[1].get(epoch, [])
+        assert sorted(indices) == list(range(512)), f"epoch {epoch}: every sample exactly once across workers"
+    assert float((out / "test_acc.txt").read_text()) > 0.9
+
+
+def test_checkpoint_resume_continues_the_run(tmp_path):
+    """Staleness 0 is deterministic: 2 epochs + resume for a 3rd equals 3 straight epochs, which needs
+    the server's momentum buffers to be in the checkpoint and back on the server after resuming."""
+    common = ["--strategy", "ssp", "--staleness", "0", "--momentum", "0.9", "--lr", "0.05"]
+    ckpts = tmp_path / "ckpts"
+    run_train_script(tmp_path / "first", *common, "--epochs", "2", "--checkpoint-dir", str(ckpts))
+    checkpoint = torch.load(ckpts / "epoch=1.ckpt", weights_only=True)
+    state = checkpoint["optimizer_states"][0]["state"]
+    assert state and all(s["momentum_buffer"].abs().sum() > 0 for s in state.values())
+    run_train_script(tmp_path / "resumed", *common, "--epochs", "3", "--resume", str(ckpts / "epoch=1.ckpt"))
+    run_train_script(tmp_path / "straight", *common, "--epochs", "3")
+    resumed, straight = load(tmp_path / "resumed" / "rank0.pt"), load(tmp_path / "straight" / "rank0.pt")
+    for name in straight:
+        torch.testing.assert_close(resumed[name], straight[name], rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_async_checkpoint_resume_runs(tmp_path):
+    ckpts = tmp_path / "ckpts"
+    run_train_script(tmp_path / "a", "--strategy", "ssp", "--staleness", "inf", "--epochs", "1", "--checkpoint-dir", str(ckpts))
+    run_train_script(tmp_path / "b", "--strategy", "ssp", "--staleness", "inf", "--epochs", "2", "--resume", str(ckpts / "epoch=0.ckpt"))
+    seen = load(tmp_path / "b" / "indices_rank0.pt")
+    assert set(seen) == {1}, "the resumed run trains only the remaining epoch"
+
+
+def test_killed_worker_ends_the_run_with_its_rank(tmp_path):
+    start = time.monotonic()
+    proc = run_train_script(
+        tmp_path / "kill", "--strategy", "ssp", "--staleness", "2", "--kill-rank", "1", "--kill-step", "3",
+        "--timeout", "30", check=False, timeout=180,
+    )
+    assert proc.returncode != 0
+    assert "[rank: 1]" in proc.stderr and "terminated with code -9" in proc.stderr, proc.stderr[-3000:]
+    assert time.monotonic() - start < 120
+
+
+# ---------------------------------------------------------------- bad input, before any process starts
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(staleness=-1), "non-negative integer or inf"),
+        (dict(staleness="three"), "non-negative integer or inf"),
+        (dict(sync="eventually"), "unknown sync mode"),
+        (dict(timeout=0), "timeout must be a positive"),
+    ],
+)
+def test_bad_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        SSPStrategy(**kwargs)
+
+
+def tiny_fit(**trainer_kwargs):
+    module = ClassifierModule(MLP(), optimizer=partial(torch.optim.SGD, lr=0.1))
+    defaults = dict(accelerator="cpu", devices=2, strategy=SSPStrategy(), max_epochs=1, logger=False,
+                    enable_progress_bar=False, enable_checkpointing=False)
+    trainer = pl.Trainer(**{**defaults, **trainer_kwargs})
+    trainer.fit(module, datamodule=SyntheticMNISTDataModule(num_train=64, num_val=8, num_test=8))
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(devices=1), "at least two workers"),
+        (dict(max_steps=10), "max_steps"),
+        (dict(val_check_interval=0.5), "val_check_interval"),
+        (dict(limit_train_batches=0.5), "limit_train_batches"),
+        (dict(callbacks=[pl.callbacks.ModelCheckpoint(every_n_train_steps=5)], enable_checkpointing=True), "every_n_train_steps"),
+    ],
+)
+def test_unsupported_runs_fail_before_workers_start(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        tiny_fit(**kwargs)
+
+
+def test_manual_optimization_is_refused():
+    class Manual(ClassifierModule):
+        def __init__(self):
+            super().__init__(MLP())
+            self.automatic_optimization = False
+
+    trainer = pl.Trainer(accelerator="cpu", devices=2, strategy=SSPStrategy(), max_epochs=1, logger=False)
+    with pytest.raises(ValueError, match="automatic optimization"):
+        trainer.fit(Manual(), datamodule=SyntheticMNISTDataModule(num_train=64, num_val=8, num_test=8))
+
+
+def test_registered_aliases():
+    import math
+
+    for alias, staleness, sync in (("ssp", 3, "delay"), ("ssp_bounded", 3, "bounded"), ("ssp_async", math.inf, "delay")):
+        trainer = pl.Trainer(accelerator="cpu", devices=2, strategy=alias, logger=False)
+        assert isinstance(trainer.strategy, SSPStrategy)
+        assert (trainer.strategy.staleness, trainer.strategy.sync) == (staleness, sync)

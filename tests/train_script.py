@@ -1,0 +1,132 @@
+"""Run by the multi-process tests: a user's own script training with `Trainer(strategy=...)`.
+
+    python train_script.py OUT_DIR [--strategy ddp|auto|ssp] [--staleness S] [--sync delay|bounded] ...
+
+Trains ClassifierModule(MLP) with SGD on a synthetic dataset whose batches carry their sample
+indices, and writes to OUT_DIR: each rank's final parameters (rank{r}.pt), the sample indices each
+rank trained on per epoch (indices_rank{r}.pt), rank 0's test accuracy (test_acc.txt), and for SSP
+the strategy's per-epoch statistics (ssp_history.json). Lightning's launcher reruns this script for
+the other ranks, as it would a user's.
+"""
+
+import argparse
+import json
+import os
+import signal
+from dataclasses import asdict
+from functools import partial
+from pathlib import Path
+
+import pytorch_lightning as pl
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from lightning_hybrid import ClassifierModule, SSPStrategy
+from lightning_hybrid.data.base import EpochSeededRandomSampler
+from lightning_hybrid.data.synthetic import synthetic_classification
+from lightning_hybrid.models import MLP
+from lightning_hybrid.sim import HeterogeneitySimulator
+
+
+class IndexedData(pl.LightningDataModule):
+    def __init__(self, batch_size: int, samples: int) -> None:
+        super().__init__()
+        self.batch_size = batch_size
+        x, y = synthetic_classification(samples, (1, 28, 28), 10, seed=1)
+        self.data = TensorDataset(x, y, torch.arange(samples))
+        self.test = TensorDataset(*synthetic_classification(128, (1, 28, 28), 10, seed=2))
+
+    def train_dataloader(self):
+        # Under DDP, Lightning replaces this sampler by DistributedSampler(seed=0), whose permutation
+        # EpochSeededRandomSampler(seed=0) reproduces for a single process.
+        return DataLoader(self.data, batch_size=self.batch_size, sampler=EpochSeededRandomSampler(self.data, seed=0))
+
+    def val_dataloader(self):
+        return DataLoader(self.test, batch_size=32)
+
+    def test_dataloader(self):
+        return DataLoader(self.test, batch_size=32)
+
+
+class RecordingClassifier(ClassifierModule):
+    """Records which samples each epoch trained on."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.seen: dict[int, list[int]] = {}
+
+    def training_step(self, batch, batch_idx):
+        x, y, idx = batch
+        self.seen.setdefault(self.current_epoch, []).extend(idx.tolist())
+        return super().training_step((x, y), batch_idx)
+
+
+class KillAt(pl.Callback):
+    """SIGKILLs this process at a given training step on a given rank: a crashed worker."""
+
+    def __init__(self, rank: int, step: int) -> None:
+        self.rank, self.step = rank, step
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if trainer.global_rank == self.rank and batch_idx == self.step:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--strategy", default="ddp")
+    parser.add_argument("--staleness", type=float, default=3)
+    parser.add_argument("--sync", default="delay")
+    parser.add_argument("--devices", type=int, default=2)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--samples", type=int, default=256)
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--lr", type=float, default=0.1)
+    parser.add_argument("--momentum", type=float, default=0.0)
+    parser.add_argument("--slowdown", default=None, help="comma-separated factors per rank")
+    parser.add_argument("--checkpoint-dir", type=Path, default=None)
+    parser.add_argument("--resume", default=None)
+    parser.add_argument("--kill-rank", type=int, default=None)
+    parser.add_argument("--kill-step", type=int, default=3)
+    parser.add_argument("--timeout", type=float, default=60)
+    args = parser.parse_args()
+
+    pl.seed_everything(0)
+    strategy = args.strategy
+    if strategy == "ssp":
+        strategy = SSPStrategy(staleness=args.staleness, sync=args.sync, timeout=args.timeout)
+    callbacks = []
+    if args.slowdown:
+        callbacks.append(HeterogeneitySimulator(slowdown=[float(f) for f in args.slowdown.split(",")]))
+    if args.kill_rank is not None:
+        callbacks.append(KillAt(args.kill_rank, args.kill_step))
+    if args.checkpoint_dir:
+        callbacks.append(pl.callbacks.ModelCheckpoint(dirpath=args.checkpoint_dir, save_top_k=-1, filename="{epoch}"))
+    module = RecordingClassifier(
+        MLP(activation="relu"), optimizer=partial(torch.optim.SGD, lr=args.lr, momentum=args.momentum)
+    )
+    trainer = pl.Trainer(
+        accelerator="cpu", devices=args.devices, strategy=strategy, max_epochs=args.epochs, logger=False,
+        enable_checkpointing=bool(args.checkpoint_dir), enable_progress_bar=False, enable_model_summary=False,
+        callbacks=callbacks, num_sanity_val_steps=0, limit_val_batches=1,
+    )
+    data = IndexedData(args.batch_size, args.samples)
+    trainer.fit(module, datamodule=data, ckpt_path=args.resume)
+    rank = trainer.global_rank
+    torch.save({k: v.detach().clone() for k, v in module.state_dict().items()}, args.out / f"rank{rank}.pt")
+    torch.save(module.seen, args.out / f"indices_rank{rank}.pt")
+    if isinstance(strategy, SSPStrategy) and trainer.is_global_zero:
+        history = [[asdict(s) for s in epoch] for epoch in strategy.history]
+        (args.out / "ssp_history.json").write_text(json.dumps(history))
+    (result,) = trainer.test(module, datamodule=data, verbose=False)
+    if trainer.is_global_zero:
+        (args.out / "test_acc.txt").write_text(str(result["test/acc"]))
+    # Without this, torch 2.13's gloo sometimes aborts a rank at interpreter exit after trainer.test
+    # ("terminate called without an active exception"); the lightning-hybrid CLI does the same.
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
