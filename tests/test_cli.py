@@ -52,6 +52,20 @@ def test_two_process_ddp(tmp_path):
 
 
 @pytest.mark.multiprocess
+def test_ssp_through_the_cli(tmp_path):
+    run_dir = tmp_path / "ssp"
+    run_cli(
+        *SMOKE, "strategy=ssp", "strategy.staleness=2", "strategy.sync=bounded", "trainer.devices=2", "trainer.max_epochs=2",
+        "allow_cpu_oversubscription=true", f"hydra.run.dir={run_dir}", cwd=tmp_path,
+    )
+    metrics = read_metrics(run_dir)
+    assert metrics["ssp/max_gap"] <= 2
+    assert metrics["ssp/worker0/iterations"] + metrics["ssp/worker1/iterations"] == 8  # 512 samples / 64, pooled
+    assert {"val/acc", "test/acc"} <= set(metrics)
+    assert (run_dir / "checkpoints" / "last.ckpt").is_file()
+
+
+@pytest.mark.multiprocess
 def test_multirun_sweep_with_ddp_runs_each_job_once(tmp_path):
     sweep = tmp_path / "sweep"
     proc = run_cli(

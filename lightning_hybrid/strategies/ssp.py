@@ -195,6 +195,7 @@ class SSPStrategy(DDPStrategy):
         self._flat: torch.Tensor | None = None
         self.dataset_shape: DatasetShape | None = None
         self._async = False
+        self._limit_train_batches: int | float = 1.0
         self._warned_local_reduce = False
         self._reset_epoch_stats()
 
@@ -262,6 +263,11 @@ class SSPStrategy(DDPStrategy):
         self._sync_callback = _SyncPoints(self)
         trainer.callbacks.insert(0, self._sync_callback)
         self._make_sigterm_check_local(trainer)
+        # The server decides how many batches each worker gets; an integer limit_train_batches caps the
+        # epoch's total (limit x workers) there. Lightning must see the epoch as of unknown length, so
+        # that it ends, and validates, when the server's data runs out.
+        self._limit_train_batches = trainer.limit_train_batches
+        trainer.limit_train_batches = 1.0
 
     @staticmethod
     def _make_sigterm_check_local(trainer: pl.Trainer) -> None:
@@ -298,7 +304,7 @@ class SSPStrategy(DDPStrategy):
             return dataloader
         if dataloader.batch_size is None:
             raise ValueError("SSPStrategy needs a training DataLoader with a batch_size (the server deals batches)")
-        limit = trainer.limit_train_batches
+        limit = self._limit_train_batches
         self.dataset_shape = DatasetShape(
             num_samples=len(dataloader.dataset),
             batch_size=dataloader.batch_size,
@@ -359,8 +365,7 @@ class SSPStrategy(DDPStrategy):
     def _begin_async_phase(self) -> None:
         self._reset_epoch_stats()
         self._async = True
-        # The server decides how many batches each worker gets (limit_train_batches caps the total).
-        self.lightning_module.trainer.fit_loop.max_batches = float("inf")
+
 
     def global_sync(self) -> None:
         """End of this worker's epoch: wait for all workers, take the server's parameters (idempotent)."""
@@ -393,10 +398,11 @@ class SSPStrategy(DDPStrategy):
         dist.all_gather(gathered, local)
         epoch_stats = [WorkerEpochStats(**{f: type(getattr(mine, f))(v) for f, v in zip(fields, t.tolist())}) for t in gathered]
         self.history.append(epoch_stats)
+        # Every worker logs the same gathered values (sync_dist averages identical numbers: no warning).
         for rank, stats in enumerate(epoch_stats):
             for name, value in asdict(stats).items():
-                pl_module.log(f"ssp/worker{rank}/{name}", float(value), on_step=False, on_epoch=True, sync_dist=False)
-        pl_module.log("ssp/max_gap", float(max(s.max_gap for s in epoch_stats)), on_step=False, on_epoch=True)
+                pl_module.log(f"ssp/worker{rank}/{name}", float(value), on_step=False, on_epoch=True, sync_dist=True)
+        pl_module.log("ssp/max_gap", float(max(s.max_gap for s in epoch_stats)), on_step=False, on_epoch=True, sync_dist=True)
 
     def _end_session(self) -> None:
         if self.client is None:
@@ -435,9 +441,10 @@ class SSPStrategy(DDPStrategy):
 
     def teardown(self) -> None:
         if self._sync_callback is not None and self.lightning_module is not None and self.lightning_module._trainer:
-            callbacks = self.lightning_module.trainer.callbacks
-            if self._sync_callback in callbacks:
-                callbacks.remove(self._sync_callback)
+            trainer = self.lightning_module.trainer
+            if self._sync_callback in trainer.callbacks:
+                trainer.callbacks.remove(self._sync_callback)
+            trainer.limit_train_batches = self._limit_train_batches
         self._sync_callback = None
         if self._server is not None and self._server.poll() is None:
             self._server.terminate()
