@@ -11,8 +11,10 @@ class EpochTimer(pl.Callback):
     """Logs each training epoch's wall-clock time and throughput.
 
     Logged once per epoch, per rank (rank 0's values reach the loggers): ``time/epoch_s`` (seconds
-    from the first training batch to the end of the training epoch, validation excluded) and
-    ``time/samples_per_s`` (training samples this rank processed per second in that time).
+    from the first training batch to the end of the training epoch, validation excluded),
+    ``time/samples_per_s`` (training samples this rank processed per second in that time) and
+    ``time/elapsed_s`` (wall-clock seconds since training started, up to the end of this epoch's
+    validation: the time axis of time-to-accuracy comparisons).
 
     Example::
 
@@ -23,8 +25,12 @@ class EpochTimer(pl.Callback):
     def __init__(self) -> None:
         self.epoch_times: list[float] = []
         self._start: float | None = None
+        self._fit_start: float | None = None
         self._end = 0.0
         self._samples = 0
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._fit_start = time.perf_counter()
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._start, self._samples = None, 0
@@ -46,3 +52,5 @@ class EpochTimer(pl.Callback):
         self.epoch_times.append(elapsed)
         pl_module.log("time/epoch_s", elapsed, on_step=False, on_epoch=True)
         pl_module.log("time/samples_per_s", self._samples / max(elapsed, 1e-9), on_step=False, on_epoch=True)
+        if self._fit_start is not None:
+            pl_module.log("time/elapsed_s", time.perf_counter() - self._fit_start, on_step=False, on_epoch=True)

@@ -71,6 +71,9 @@ class MNISTDataModule(InMemoryDataModule):
         download: fetch missing files from ``mirrors``.
         verify_md5: check each file against :data:`MNIST_FILES` before parsing.
         mirrors: base URLs to download from, tried in order.
+        val_set: ``"holdout"`` validates on the held-out ``val_fraction`` of the training images;
+            ``"test"`` validates on the test set (for time-to-test-accuracy benchmarks; never for
+            choosing hyperparameters).
 
     Example::
 
@@ -95,6 +98,7 @@ class MNISTDataModule(InMemoryDataModule):
         download: bool = True,
         verify_md5: bool = True,
         mirrors: Sequence[str] = MNIST_MIRRORS,
+        val_set: str = "holdout",
     ) -> None:
         super().__init__()
         if not 0.0 <= val_fraction < 1.0:
@@ -103,6 +107,8 @@ class MNISTDataModule(InMemoryDataModule):
             raise ValueError(f"subset must be a positive number of images or None, got {subset}")
         if batch_size < 1:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
+        if val_set not in ("holdout", "test"):
+            raise ValueError(f"val_set must be 'holdout' or 'test', got {val_set!r}")
         mirrors = [str(m) for m in mirrors]  # plain strings in the checkpoint's hyperparameters
         self.save_hyperparameters(logger=False)
         self.root = Path(root).expanduser()
@@ -159,5 +165,7 @@ class MNISTDataModule(InMemoryDataModule):
         if hp.subset is not None:
             test_images, test_labels = test_images[: hp.subset], test_labels[: hp.subset]
         test_set = TensorDataset(normalize_images(test_images), torch.from_numpy(test_labels.astype(np.int64)))
+        if hp.val_set == "test":
+            val_set = test_set
         log.info("MNIST from %s: %d train, %d val, %d test images", folder, len(train_set), len(val_set), len(test_set))
         return train_set, val_set, test_set

@@ -77,7 +77,9 @@ class HeterogeneitySimulator(pl.Callback):
     """Lightning callback: rank ``i`` 's training steps take ``slowdown[i]`` times as long.
 
     Each training batch (forward, backward and optimizer step) is timed, and the rank then sleeps
-    the difference. Steps are stretched as measured on the rank itself, so a strategy whose ranks
+    the difference. Time the strategy reports as spent waiting for other processes (a
+    ``communication_wait_s`` counter, as :class:`~lightning_hybrid.SSPStrategy` keeps) is not
+    stretched: a slow device computes slowly, it does not wait longer. Steps are stretched as measured on the rank itself, so a strategy whose ranks
     wait for one another (DDP) slows to the slowest rank's pace, and one that lets ranks run ahead
     (SSP) does not: exactly the contrast the benchmarks measure.
 
@@ -109,6 +111,7 @@ class HeterogeneitySimulator(pl.Callback):
             StepStretcher(factor, self.straggle_prob, self.straggle_factor)
         self.stretcher: StepStretcher | None = None
         self._step_start: float | None = None
+        self._wait_start = 0.0
 
     @property
     def active(self) -> bool:
@@ -136,13 +139,19 @@ class HeterogeneitySimulator(pl.Callback):
                 rank, factor, self.straggle_prob, self.straggle_factor,
             )
 
+    @staticmethod
+    def _waited(trainer: pl.Trainer) -> float:
+        return float(getattr(trainer.strategy, "communication_wait_s", 0.0))
+
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int) -> None:
         self._step_start = time.perf_counter()
+        self._wait_start = self._waited(trainer)
 
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         if self.stretcher is None or self._step_start is None:
             return
-        self.stretcher.stretch(time.perf_counter() - self._step_start)
+        waited = self._waited(trainer) - self._wait_start
+        self.stretcher.stretch(max(0.0, time.perf_counter() - self._step_start - waited))
         self._step_start = None

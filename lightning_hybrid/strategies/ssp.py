@@ -189,6 +189,8 @@ class SSPStrategy(DDPStrategy):
         self.timeout = float(timeout)
         self.client: ParameterServerClient | None = None
         self.history: list[list[WorkerEpochStats]] = []
+        #: Seconds this worker has spent blocked on the server (the simulator does not stretch them).
+        self.communication_wait_s = 0.0
         self._server: subprocess.Popen | None = None
         self._sync_callback: _SyncPoints | None = None
         self._params: list[torch.Tensor] = []
@@ -333,8 +335,10 @@ class SSPStrategy(DDPStrategy):
         flat_grad = torch.cat([g.reshape(-1) for g in grads]).to("cpu", torch.float32)
         start = time.perf_counter()
         info = self.client.push(flat_grad, [group["lr"] for group in optimizer.param_groups], self._flat)
+        waited = time.perf_counter() - start
+        self.communication_wait_s += waited
         stats = self._epoch
-        stats["wait_s"] += time.perf_counter() - start
+        stats["wait_s"] += waited
         stats["iterations"] += 1
         stats["staleness_sum"] += info.staleness
         stats["staleness_max"] = max(stats["staleness_max"], info.staleness)
