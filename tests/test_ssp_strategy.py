@@ -52,6 +52,21 @@ def test_straggler_gap_bound_and_every_sample_once(tmp_path, sync):
     assert float((out / "test_acc.txt").read_text()) > 0.9
 
 
+def test_lightning_features_work_under_ssp(tmp_path):
+    """Gradient clipping, accumulation, an LR scheduler, then test, validate and predict."""
+    out = tmp_path / "features"
+    run_train_script(out, "--strategy", "ssp", "--staleness", "2", "--clip", "0.5", "--accumulate", "2", "--scheduler",
+                     "--epochs", "2", "--samples", "256", "--batch-size", "16")
+    history = json.loads((out / "ssp_history.json").read_text())
+    # 16 batches per epoch, pooled; accumulating 2 per optimizer step gives 8 pushes (9 when both
+    # workers end the epoch on an odd batch, which Lightning steps on)
+    assert all(8 <= sum(w["iterations"] for w in epoch) <= 9 for epoch in history), history
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["predictions"] == 64  # each of the 2 workers predicts half of the 128 test samples
+    assert summary["lr"] == pytest.approx(0.1 * 0.5**2)
+    assert summary["val_acc"] > 0.5
+
+
 def test_checkpoint_resume_continues_the_run(tmp_path):
     """Staleness 0 is deterministic: 2 epochs + resume for a 3rd equals 3 straight epochs, which needs
     the server's momentum buffers to be in the checkpoint and back on the server after resuming."""

@@ -126,3 +126,4 @@ def test_bad_mode_and_string_inf():
     with pytest.raises(ValueError, match="unknown sync mode 'fast'"):
         validate_staleness(3, "fast")
     assert validate_staleness("inf", "bounded") == math.inf
+    assert validate_staleness(".inf", "bounded") == math.inf  # YAML's spelling

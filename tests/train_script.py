@@ -47,6 +47,9 @@ class IndexedData(pl.LightningDataModule):
     def test_dataloader(self):
         return DataLoader(self.test, batch_size=32)
 
+    def predict_dataloader(self):
+        return DataLoader(self.test, batch_size=32)
+
 
 class RecordingClassifier(ClassifierModule):
     """Records which samples each epoch trained on."""
@@ -90,6 +93,9 @@ def main() -> None:
     parser.add_argument("--kill-rank", type=int, default=None)
     parser.add_argument("--kill-step", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=60)
+    parser.add_argument("--clip", type=float, default=None, help="gradient_clip_val")
+    parser.add_argument("--accumulate", type=int, default=1, help="accumulate_grad_batches")
+    parser.add_argument("--scheduler", action="store_true", help="StepLR(step_size=1, gamma=0.5) per epoch")
     args = parser.parse_args()
 
     pl.seed_everything(0)
@@ -103,13 +109,15 @@ def main() -> None:
         callbacks.append(KillAt(args.kill_rank, args.kill_step))
     if args.checkpoint_dir:
         callbacks.append(pl.callbacks.ModelCheckpoint(dirpath=args.checkpoint_dir, save_top_k=-1, filename="{epoch}"))
+    scheduler = partial(torch.optim.lr_scheduler.StepLR, step_size=1, gamma=0.5) if args.scheduler else None
     module = RecordingClassifier(
-        MLP(activation="relu"), optimizer=partial(torch.optim.SGD, lr=args.lr, momentum=args.momentum)
+        MLP(activation="relu"), optimizer=partial(torch.optim.SGD, lr=args.lr, momentum=args.momentum), scheduler=scheduler
     )
     trainer = pl.Trainer(
         accelerator="cpu", devices=args.devices, strategy=strategy, max_epochs=args.epochs, logger=False,
         enable_checkpointing=bool(args.checkpoint_dir), enable_progress_bar=False, enable_model_summary=False,
-        callbacks=callbacks, num_sanity_val_steps=0, limit_val_batches=1,
+        callbacks=callbacks, num_sanity_val_steps=0, limit_val_batches=1, gradient_clip_val=args.clip,
+        accumulate_grad_batches=args.accumulate,
     )
     data = IndexedData(args.batch_size, args.samples)
     trainer.fit(module, datamodule=data, ckpt_path=args.resume)
@@ -120,8 +128,15 @@ def main() -> None:
         history = [[asdict(s) for s in epoch] for epoch in strategy.history]
         (args.out / "ssp_history.json").write_text(json.dumps(history))
     (result,) = trainer.test(module, datamodule=data, verbose=False)
+    (validated,) = trainer.validate(module, datamodule=data, verbose=False)
+    predictions = torch.cat(trainer.predict(module, datamodule=data))
     if trainer.is_global_zero:
         (args.out / "test_acc.txt").write_text(str(result["test/acc"]))
+        summary = {
+            "val_acc": validated["val/acc"], "predictions": predictions.numel(), "global_step": trainer.global_step,
+            "lr": trainer.optimizers[0].param_groups[0]["lr"],
+        }
+        (args.out / "summary.json").write_text(json.dumps(summary))
     # Without this, torch 2.13's gloo sometimes aborts a rank at interpreter exit after trainer.test
     # ("terminate called without an active exception"); the lightning-hybrid CLI does the same.
     if torch.distributed.is_initialized():

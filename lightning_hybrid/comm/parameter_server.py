@@ -146,17 +146,22 @@ class ParameterServer:
         else:
             self._reply(worker, [Op.CHUNK, chunk.numel()], chunk)
 
-    def handle_push(self, worker: int, num_groups: int) -> None:
-        opt = self._optimization(worker)
+    def handle_push(self, worker: int, num_groups: int, numel: int) -> None:
+        # Receive the whole message first, so that a refusal never leaves the worker blocked in a send.
         lrs = self._recv_payload(worker, torch.empty(num_groups, dtype=torch.float64))
+        opt = self.opt
+        fits = opt is not None and numel == opt.flat_grads.numel()
+        grads = self._recv_payload(worker, opt.flat_grads if fits and not self.controller.bsp else torch.empty(numel))
+        opt = self._optimization(worker)
+        if not fits:
+            raise RuntimeError(f"worker {worker} pushed {numel} gradient values; the server holds {opt.flat_grads.numel()} parameters")
         for group, lr in zip(opt.optimizer.param_groups, lrs.tolist()):
             group["lr"] = lr
         staleness = 0
         if self.controller.bsp:
-            opt.round_sum += self._recv_payload(worker, opt.flat_grads)
+            opt.round_sum += grads
             opt.round_count += 1
         else:
-            self._recv_payload(worker, opt.flat_grads)
             staleness = self.version - self.read_version[worker]
             self._step()
         stats = self.stats[worker]
@@ -201,7 +206,7 @@ class ParameterServer:
         handlers = {
             Op.INIT: lambda w, h: self.handle_init(w, h[2]),
             Op.CHUNK: lambda w, h: self.handle_chunk(w, *h[2:8]),
-            Op.PUSH: lambda w, h: self.handle_push(w, h[2]),
+            Op.PUSH: lambda w, h: self.handle_push(w, h[2], h[3]),
             Op.FINISH: lambda w, h: self.handle_finish(w),
             Op.STATE: lambda w, h: self.handle_state(w),
         }

@@ -33,7 +33,8 @@ def validate_staleness(staleness: float | int | str, sync: str) -> float:
     """The staleness as a float (``inf`` allowed), or a ValueError saying what is wrong."""
     if isinstance(staleness, str):
         try:
-            staleness = float(staleness)
+            # YAML spells infinity ".inf"; Python's float() does not read that spelling.
+            staleness = float(staleness.replace(".inf", "inf") if staleness.lstrip("+").startswith(".inf") else staleness)
         except ValueError:
             raise ValueError(f"staleness must be a non-negative integer or inf, got {staleness!r}") from None
     if isinstance(staleness, bool) or not isinstance(staleness, (int, float)):

@@ -85,7 +85,7 @@ class ParameterServerClient:
     def push(self, flat_grad: torch.Tensor, lrs: Sequence[float], out: torch.Tensor) -> PullInfo:
         """Push a gradient; block until the server lets this worker go on; newest parameters into ``out``."""
         lr_tensor = torch.tensor(list(lrs), dtype=torch.float64)
-        reply = self._request(Op.PUSH, [len(lrs)], [lr_tensor, flat_grad])
+        reply = self._request(Op.PUSH, [len(lrs), flat_grad.numel()], [lr_tensor, flat_grad])
         return self._receive_params(reply, out)
 
     def finish(self, out: torch.Tensor) -> PullInfo:

@@ -250,7 +250,7 @@ class SSPStrategy(DDPStrategy):
         return model  # no DDP wrapper: gradients go to the parameter server
 
     def _register_ddp_hooks(self) -> None:
-        pass
+        """No DDP wrapper, hence no DDP communication hooks to register."""
 
     def setup(self, trainer: pl.Trainer) -> None:
         super().setup(trainer)

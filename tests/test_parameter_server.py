@@ -1,0 +1,145 @@
+"""The parameter-server process and its client, without Lightning: exact arithmetic and holds.
+
+The test process plays both workers (one thread each, each with its own rank on the side
+channel) against a real server process started the way SSPStrategy starts it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from lightning_hybrid.comm.channel import ChannelClosedError, open_channel
+from lightning_hybrid.comm.worker_client import DatasetShape, ParameterServerClient
+
+pytestmark = pytest.mark.multiprocess
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def server(request):
+    """Start a server for 2 workers; yield (client0, client1)."""
+    staleness, sync = request.param
+    port = free_port()
+    store = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "lightning_hybrid.comm.parameter_server", "--host", "127.0.0.1", "--port", str(port),
+         "--prefix", "t/", "--workers", "2", "--timeout", "30", "--staleness", str(staleness), "--sync", sync],
+    )
+    pgs = [None, None]
+
+    def join(rank):
+        pgs[rank] = open_channel("127.0.0.1", port, "t/", rank + 1, 3, 30)
+
+    threads = [threading.Thread(target=join, args=(r,)) for r in (0, 1)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    clients = (ParameterServerClient(pgs[0], 0), ParameterServerClient(pgs[1], 1))
+    yield clients
+    try:
+        clients[0].shutdown()
+    except ChannelClosedError:
+        assert proc.wait(timeout=10) != 0, "the server closed the channel without failing"
+    proc.wait(timeout=10)
+    del store
+
+
+def make_optimizer():
+    params = [torch.nn.Parameter(torch.tensor([1.0, -2.0, 3.0])), torch.nn.Parameter(torch.tensor([[0.5]]))]
+    return params, torch.optim.SGD(params, lr=0.1, momentum=0.9)
+
+
+def reference_apply(grads_in_order):
+    params, opt = make_optimizer()
+    for flat in grads_in_order:
+        params[0].grad, params[1].grad = flat[:3].clone(), flat[3:].reshape(1, 1).clone()
+        opt.step()
+    return torch.cat([p.detach().reshape(-1) for p in params])
+
+
+def push_in_thread(client, grad, out):
+    result = {}
+
+    def run():
+        result["info"] = client.push(grad, [0.1], out)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, result
+
+
+@pytest.mark.parametrize("server", [(float("inf"), "delay")], indirect=True)
+def test_async_applies_each_gradient_once_in_arrival_order(server):
+    c0, c1 = server
+    _, optimizer = make_optimizer()
+    assert c0.init(optimizer) == 4
+    out0, out1 = torch.empty(4), torch.empty(4)
+    g = [torch.tensor([1.0, 2.0, 3.0, 4.0]), torch.tensor([-1.0, 0.5, 0.0, 2.0]), torch.tensor([0.3, 0.3, 0.3, 0.3])]
+    info = c0.push(g[0], [0.1], out0)
+    assert info.version == 1 and info.staleness == 0
+    info = c1.push(g[1], [0.1], out1)  # computed on the initial parameters: one update behind
+    assert info.version == 2 and info.staleness == 1
+    torch.testing.assert_close(out1, reference_apply(g[:2]))
+    c0.push(g[2], [0.1], out0)
+    torch.testing.assert_close(out0, reference_apply(g))
+    # the optimizer state (momentum) is the server's
+    state = c0.optimizer_state()
+    assert len(state["state"]) == 2 and state["state"][0]["momentum_buffer"].abs().sum() > 0
+
+
+@pytest.mark.parametrize("server", [(1, "delay")], indirect=True)
+def test_delay_mode_holds_the_fast_worker_until_the_global_sync(server):
+    c0, c1 = server
+    _, optimizer = make_optimizer()
+    c0.init(optimizer)
+    out0, out1 = torch.empty(4), torch.empty(4)
+    g0, g1 = torch.ones(4), torch.full((4,), 2.0)
+    thread, result = push_in_thread(c0, g0, out0)
+    time.sleep(0.5)
+    assert thread.is_alive(), "worker 0 is one iteration ahead with staleness 1: it must wait"
+    info1 = c1.push(g1, [0.1], out1)
+    thread.join(timeout=10)
+    assert not thread.is_alive()
+    expected = reference_apply([g0, g1])
+    torch.testing.assert_close(out0, expected)
+    torch.testing.assert_close(out1, expected)  # the global sync: both hold the same parameters
+    assert result["info"].global_syncs == info1.global_syncs == 1
+
+
+@pytest.mark.parametrize("server", [(0, "delay")], indirect=True)
+def test_bsp_averages_the_round_and_deals_static_chunks(server):
+    c0, c1 = server
+    _, optimizer = make_optimizer()
+    c0.init(optimizer)
+    shape = DatasetShape(num_samples=8, batch_size=2, seed=4)
+    order = torch.randperm(8, generator=torch.Generator().manual_seed(4 + 0))
+    assert c1.next_chunk(0, shape).tolist() == order[2:4].tolist()  # worker 1's first chunk is chunk 1
+    assert c0.next_chunk(0, shape).tolist() == order[0:2].tolist()
+    out0, out1 = torch.empty(4), torch.empty(4)
+    g0, g1 = torch.ones(4), torch.full((4,), 3.0)
+    thread, _ = push_in_thread(c0, g0, out0)
+    c1.push(g1, [0.1], out1)
+    thread.join(timeout=10)
+    expected = reference_apply([(g0 + g1) / 2])
+    torch.testing.assert_close(out0, expected)
+    torch.testing.assert_close(out1, expected)
+
+
+@pytest.mark.parametrize("server", [(2, "bounded")], indirect=True)
+def test_server_reports_bad_requests(server):
+    c0, _ = server
+    with pytest.raises(RuntimeError, match="refused PUSH from worker 0: RuntimeError: worker 0 needs the optimizer"):
+        c0.push(torch.zeros(4), [0.1], torch.empty(4))
