@@ -385,8 +385,14 @@ class SSPStrategy(DDPStrategy):
         for buffer in self.lightning_module.buffers():
             dist.broadcast(buffer, src=0)
         if self.global_rank == 0:
-            # The server's optimizer state, so that checkpoints written now hold it.
-            self.optimizers[0].load_state_dict(self.client.optimizer_state())
+            # The server's optimizer state (momentum, moments), so that checkpoints written now hold it.
+            # The hyperparameters stay the local ones: the LR schedulers run here, the server only
+            # applies the learning rate each push brings.
+            optimizer = self.optimizers[0]
+            state = self.client.optimizer_state()
+            for local, remote in zip(optimizer.param_groups, state["param_groups"]):
+                remote.update({key: value for key, value in local.items() if key != "params"})
+            optimizer.load_state_dict(state)
 
     def _log_epoch_stats(self, pl_module: pl.LightningModule) -> None:
         e = self._epoch
