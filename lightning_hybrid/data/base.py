@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sized
 
 import pytorch_lightning as pl
@@ -33,7 +34,7 @@ class EpochSeededRandomSampler(RandomSampler):
         yield from torch.randperm(len(self.data_source), generator=generator).tolist()
 
 
-class InMemoryDataModule(pl.LightningDataModule):
+class InMemoryDataModule(pl.LightningDataModule, ABC):
     """A datamodule whose :meth:`build` returns the train, validation and test datasets once.
 
     Subclasses call ``save_hyperparameters()`` with at least ``batch_size`` and ``num_workers`` and
@@ -48,8 +49,9 @@ class InMemoryDataModule(pl.LightningDataModule):
         self.val_set: Dataset | None = None
         self.test_set: Dataset | None = None
 
+    @abstractmethod
     def build(self) -> tuple[Dataset, Dataset, Dataset]:
-        raise NotImplementedError(f"{type(self).__name__} must implement build()")
+        """The train, validation and test datasets."""
 
     def setup(self, stage: str | None = None) -> None:
         if self.train_set is None:
