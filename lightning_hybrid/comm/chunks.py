@@ -64,15 +64,3 @@ class ChunkDispenser:
             return None
         self._taken[worker] += 1
         return self._order[index * self.batch_size : (index + 1) * self.batch_size]
-
-    @property
-    def exhausted(self) -> bool:
-        """Whether every chunk of the current epoch has been handed out."""
-        if self.dynamic:
-            return self._next >= self.num_chunks
-        return all(t * self.num_workers + w >= self.num_chunks for w, t in enumerate(self._taken))
-
-    @property
-    def chunks_taken(self) -> list[int]:
-        """Chunks each worker has received this epoch."""
-        return list(self._taken)

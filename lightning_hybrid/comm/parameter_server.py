@@ -41,13 +41,6 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class WorkerStats:
-    iterations: int = 0
-    staleness_sum: int = 0
-    staleness_max: int = 0
-
-
-@dataclass
 class Optimization:
     """The optimizer and the authoritative parameters, from worker 0's INIT."""
 
@@ -85,7 +78,6 @@ class ParameterServer:
         self.dispenser: ChunkDispenser | None = None
         self.version = 0  # updates applied
         self.read_version = [0] * num_workers  # the version each worker last received
-        self.stats = [WorkerStats() for _ in range(num_workers)]
         self.finished: set[int] = set()
         self._last_staleness = [0] * num_workers
         self._header = torch.zeros(HEADER_LEN, dtype=torch.int64)
@@ -164,11 +156,7 @@ class ParameterServer:
         else:
             staleness = self.version - self.read_version[worker]
             self._step()
-        stats = self.stats[worker]
-        stats.iterations += 1
-        stats.staleness_sum += staleness
-        stats.staleness_max = max(stats.staleness_max, staleness)
-        self._last_staleness[worker] = staleness
+        self._last_staleness[worker] = staleness  # reported back with the parameters
         self._apply(self.controller.push(worker))
 
     def handle_finish(self, worker: int) -> None:

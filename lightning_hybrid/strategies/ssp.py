@@ -370,7 +370,6 @@ class SSPStrategy(DDPStrategy):
         self._reset_epoch_stats()
         self._async = True
 
-
     def global_sync(self) -> None:
         """End of this worker's epoch: wait for all workers, take the server's parameters (idempotent)."""
         if not self._async or self.client is None:
