@@ -143,3 +143,22 @@ def test_server_reports_bad_requests(server):
     c0, _ = server
     with pytest.raises(RuntimeError, match="refused PUSH from worker 0: RuntimeError: worker 0 needs the optimizer"):
         c0.push(torch.zeros(4), [0.1], torch.empty(4))
+
+
+@pytest.mark.parametrize("server", [(float("inf"), "bounded")], indirect=True)
+def test_next_batch_travels_with_the_parameters(server):
+    c0, _ = server
+    _, optimizer = make_optimizer()
+    c0.init(optimizer)
+    shape = DatasetShape(num_samples=6, batch_size=2, seed=1)
+    order = torch.randperm(6, generator=torch.Generator().manual_seed(1 + 3)).tolist()
+    assert c0.next_chunk(3, shape).tolist() == order[0:2]  # the first request of epoch 3 starts it
+    out = torch.empty(4)
+    info = c0.push(torch.zeros(4), [0.1], out, next_chunk_of_epoch=3)
+    assert info.chunk.tolist() == order[2:4] and not info.epoch_over
+    info = c0.push(torch.zeros(4), [0.1], out, next_chunk_of_epoch=3)
+    assert info.chunk.tolist() == order[4:6]
+    info = c0.push(torch.zeros(4), [0.1], out, next_chunk_of_epoch=3)
+    assert info.chunk is None and info.epoch_over
+    info = c0.push(torch.zeros(4), [0.1], out)  # not asked for: neither a batch nor an end
+    assert info.chunk is None and not info.epoch_over

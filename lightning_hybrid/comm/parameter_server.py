@@ -8,7 +8,8 @@ requests one at a time:
   flat CPU buffer (gradients too), so a push is received straight into place.
 * ``CHUNK``: the next batch of sample indices (:class:`~lightning_hybrid.comm.chunks.ChunkDispenser`);
   the first request describes the dataset (size, batch size, seed).
-* ``PUSH``: a gradient and the learning rates the worker's scheduler gives. With staleness > 0 it
+* ``PUSH``: a gradient and the learning rates the worker's scheduler gives (and, optionally, a
+  request for the worker's next batch, which then comes back with the parameters). With staleness > 0 it
   is applied at once by the optimizer; with staleness 0 the round's gradients are averaged into
   one step. Whether and when the worker gets the newest parameters back is the
   :class:`~lightning_hybrid.comm.sync_controller.SyncController`'s decision.
@@ -80,6 +81,7 @@ class ParameterServer:
         self.read_version = [0] * num_workers  # the version each worker last received
         self.finished: set[int] = set()
         self._last_staleness = [0] * num_workers
+        self._chunk_wanted: dict[int, int] = {}  # worker -> epoch of the batch to send with its next parameters
         self._header = torch.zeros(HEADER_LEN, dtype=torch.int64)
 
     # ---------------------------------------------------------------- replies
@@ -93,11 +95,25 @@ class ParameterServer:
         self._reply(worker, [Op.ERROR, data.numel()], data)
 
     def _send_params(self, worker: int, op: Op) -> None:
+        """The newest parameters, and with a PUSH reply the worker's next batch if it asked for one
+        (header field 6: its length, -1 when the epoch is over, 0 when none was asked for)."""
         self.read_version[worker] = self.version
         c = self.controller
         gap = c.gap(worker) if worker in c.active else 0
-        fields = [op, self.version, self._last_staleness[worker], gap, c.max_gap, c.global_syncs]
+        chunk, chunk_field = None, 0
+        if op == Op.PUSH and worker in self._chunk_wanted:
+            chunk = self._deal(worker, self._chunk_wanted.pop(worker))
+            chunk_field = -1 if chunk is None else chunk.numel()
+        fields = [op, self.version, self._last_staleness[worker], gap, c.max_gap, c.global_syncs, chunk_field]
         self._reply(worker, fields, self._optimization(worker).flat_params)
+        if chunk is not None:
+            channel.send(self.pg, chunk, worker + 1, channel.TAG_REPLY_PAYLOAD)
+
+    def _deal(self, worker: int, epoch: int) -> torch.Tensor | None:
+        """The worker's next chunk of ``epoch``, or None when that epoch is over (or not the current one)."""
+        if self.dispenser is None or epoch != self.dispenser.epoch:
+            return None
+        return self.dispenser.next_chunk(worker)
 
     def _recv_payload(self, worker: int, tensor: torch.Tensor) -> torch.Tensor:
         return channel.recv(self.pg, tensor, worker + 1, channel.TAG_REQUEST_PAYLOAD)
@@ -132,13 +148,13 @@ class ParameterServer:
         # (it prefetches when restoring a finished epoch from a checkpoint) and gets "epoch over".
         if self.dispenser.epoch is None or epoch > self.dispenser.epoch:
             self.dispenser.start_epoch(epoch)
-        chunk = self.dispenser.next_chunk(worker) if epoch == self.dispenser.epoch else None
+        chunk = self._deal(worker, epoch)
         if chunk is None:
             self._reply(worker, [Op.CHUNK, 0])
         else:
             self._reply(worker, [Op.CHUNK, chunk.numel()], chunk)
 
-    def handle_push(self, worker: int, num_groups: int, numel: int) -> None:
+    def handle_push(self, worker: int, num_groups: int, numel: int, chunk_epoch: int) -> None:
         # Receive the whole message first, so that a refusal never leaves the worker blocked in a send.
         lrs = self._recv_payload(worker, torch.empty(num_groups, dtype=torch.float64))
         opt = self.opt
@@ -157,6 +173,8 @@ class ParameterServer:
             staleness = self.version - self.read_version[worker]
             self._step()
         self._last_staleness[worker] = staleness  # reported back with the parameters
+        if chunk_epoch >= 0:  # the worker's next batch travels with its parameters: no extra round trip
+            self._chunk_wanted[worker] = chunk_epoch
         self._apply(self.controller.push(worker))
 
     def handle_finish(self, worker: int) -> None:
@@ -194,7 +212,7 @@ class ParameterServer:
         handlers = {
             Op.INIT: lambda w, h: self.handle_init(w, h[2]),
             Op.CHUNK: lambda w, h: self.handle_chunk(w, *h[2:8]),
-            Op.PUSH: lambda w, h: self.handle_push(w, h[2], h[3]),
+            Op.PUSH: lambda w, h: self.handle_push(w, h[2], h[3], h[4]),
             Op.FINISH: lambda w, h: self.handle_finish(w),
             Op.STATE: lambda w, h: self.handle_state(w),
         }

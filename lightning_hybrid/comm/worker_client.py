@@ -36,6 +36,8 @@ class PullInfo:
     gap: int  # iterations this worker is ahead of the slowest active one, as it starts the next
     max_gap: int  # the largest gap recorded so far
     global_syncs: int  # delay-mode synchronizations (or BSP rounds) so far
+    chunk: torch.Tensor | None = None  # the next batch's sample indices, when one was asked for and dealt
+    epoch_over: bool = False  # asked for the next batch, but the epoch has none left
 
 
 class ParameterServerClient:
@@ -80,12 +82,23 @@ class ParameterServerClient:
 
     def _receive_params(self, reply: list[int], out: torch.Tensor) -> PullInfo:
         self._recv_payload(out)
-        return PullInfo(*reply[1:6])
+        info = PullInfo(*reply[1:6])
+        if reply[6] > 0:
+            info.chunk = self._recv_payload(torch.empty(reply[6], dtype=torch.int64))
+        info.epoch_over = reply[6] < 0
+        return info
 
-    def push(self, flat_grad: torch.Tensor, lrs: Sequence[float], out: torch.Tensor) -> PullInfo:
-        """Push a gradient; block until the server lets this worker go on; newest parameters into ``out``."""
+    def push(
+        self, flat_grad: torch.Tensor, lrs: Sequence[float], out: torch.Tensor, next_chunk_of_epoch: int | None = None
+    ) -> PullInfo:
+        """Push a gradient; block until the server lets this worker go on; newest parameters into ``out``.
+
+        With ``next_chunk_of_epoch``, the worker's next batch of that epoch comes back with the
+        parameters (``PullInfo.chunk``, or ``PullInfo.epoch_over``), saving a CHUNK round trip.
+        """
         lr_tensor = torch.tensor(list(lrs), dtype=torch.float64)
-        reply = self._request(Op.PUSH, [len(lrs), flat_grad.numel()], [lr_tensor, flat_grad])
+        want = -1 if next_chunk_of_epoch is None else next_chunk_of_epoch
+        reply = self._request(Op.PUSH, [len(lrs), flat_grad.numel(), want], [lr_tensor, flat_grad])
         return self._receive_params(reply, out)
 
     def finish(self, out: torch.Tensor) -> PullInfo:

@@ -10,6 +10,7 @@ with ``sync_dist``, checkpointing, early stopping) at a global synchronization p
 from __future__ import annotations
 
 import itertools
+from collections import deque
 import logging
 import math
 import os
@@ -56,9 +57,9 @@ class ServerSampler(Sampler[int]):
     def __iter__(self) -> Iterator[int]:
         # The epoch is read from the fit loop, not from set_epoch: when Lightning resumes from an
         # end-of-epoch checkpoint it starts iterating the next epoch before calling set_epoch.
-        fit_loop = self.strategy.lightning_module.trainer.fit_loop
-        client, dataset = self.strategy.client, self.strategy.dataset_shape
-        while (chunk := client.next_chunk(fit_loop.epoch_progress.current.processed, dataset)) is not None:
+        epoch = self.strategy.lightning_module.trainer.fit_loop.epoch_progress.current.processed
+        self.strategy._start_data_epoch(epoch)
+        while (chunk := self.strategy._next_chunk(epoch)) is not None:
             yield from chunk.tolist()
 
 
@@ -196,6 +197,10 @@ class SSPStrategy(DDPStrategy):
         self._params: list[torch.Tensor] = []
         self._flat: torch.Tensor | None = None
         self.dataset_shape: DatasetShape | None = None
+        # Batches the server sent along with parameters, not yet handed to the DataLoader.
+        self._dealt: deque[torch.Tensor] = deque()
+        self._dealt_epoch: int | None = None
+        self._data_epoch_over = False
         self._async = False
         self._limit_train_batches: int | float = 1.0
         self._warned_local_reduce = False
@@ -316,6 +321,21 @@ class SSPStrategy(DDPStrategy):
         )
         return _update_dataloader(dataloader, ServerSampler(self), mode=RunningStage.TRAINING)
 
+    def _start_data_epoch(self, epoch: int) -> None:
+        if epoch != self._dealt_epoch:
+            self._dealt.clear()
+            self._dealt_epoch, self._data_epoch_over = epoch, False
+
+    def _next_chunk(self, epoch: int) -> torch.Tensor | None:
+        """The next batch's indices: one that came with the last parameters, or one asked for now."""
+        if self._dealt:
+            return self._dealt.popleft()
+        if self._data_epoch_over:
+            return None
+        chunk = self.client.next_chunk(epoch, self.dataset_shape)
+        self._data_epoch_over = chunk is None
+        return chunk
+
     def _start_session(self, trainer: pl.Trainer) -> None:
         if self.global_rank == 0:
             self.client.init(self.optimizers[0])
@@ -334,8 +354,12 @@ class SSPStrategy(DDPStrategy):
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self._params]
         flat_grad = torch.cat([g.reshape(-1) for g in grads]).to("cpu", torch.float32)
         start = time.perf_counter()
-        info = self.client.push(flat_grad, [group["lr"] for group in optimizer.param_groups], self._flat)
+        want = None if self._data_epoch_over or self._dealt_epoch is None else self._dealt_epoch
+        info = self.client.push(flat_grad, [group["lr"] for group in optimizer.param_groups], self._flat, want)
         waited = time.perf_counter() - start
+        if info.chunk is not None:
+            self._dealt.append(info.chunk)
+        self._data_epoch_over |= info.epoch_over
         self.communication_wait_s += waited
         stats = self._epoch
         stats["wait_s"] += waited
@@ -379,6 +403,8 @@ class SSPStrategy(DDPStrategy):
         self._async = False
 
     def _pull_at_sync(self) -> None:
+        if self._dealt:
+            raise RuntimeError(f"worker {self.global_rank}: {len(self._dealt)} dealt batches left unused at a sync point")
         self.client.finish(self._flat)
         self._load_flat()
         for buffer in self.lightning_module.buffers():
