@@ -10,13 +10,13 @@ with ``sync_dist``, checkpointing, early stopping) at a global synchronization p
 from __future__ import annotations
 
 import itertools
-from collections import deque
 import logging
 import math
 import os
 import subprocess
 import sys
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -44,11 +44,12 @@ _SESSIONS = itertools.count()
 
 
 class ServerSampler(Sampler[int]):
-    """Training sampler of an SSP worker: asks the parameter server for each batch of indices.
+    """Training sampler of an SSP worker: its batches of indices come from the parameter server.
 
-    The server deals the epoch's shuffled indices in batch-sized chunks to whichever worker asks,
-    so a fast worker trains on more batches and the epoch still covers every sample once. It has
-    no length: how many batches this worker gets is decided while the epoch runs.
+    The server deals the epoch's shuffled indices in batch-sized chunks to whichever worker asks
+    (the next one rides along with the parameters a push returns), so a fast worker trains on more
+    batches and the epoch still covers every sample once. It has no length: how many batches this
+    worker gets is decided while the epoch runs.
     """
 
     def __init__(self, strategy: SSPStrategy) -> None:
