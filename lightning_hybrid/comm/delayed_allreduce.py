@@ -1,0 +1,155 @@
+"""Gradients all-reduced in the background and applied a fixed number of steps later.
+
+Pipe-SGD (Li et al. 2018) makes ring all-reduce data parallelism asynchronous in the only sound
+way a collective allows: the all-reduce of step ``t``'s gradients runs while steps ``t+1, ...``
+compute, and its average is applied ``delay`` optimizer steps after the step that computed it.
+DC-ASGD (Zheng et al. 2017) corrects such a stale gradient ``g`` computed at weights ``w_then``
+before it is applied at ``w_now``: ``g + lambda * g * g * (w_now - w_then)``, elementwise.
+
+:class:`DelayedAllReduce` is plain torch.distributed (gloo or NCCL), usable without Lightning:
+
+    exchange = DelayedAllReduce(params, delay=1)
+    for batch in batches:
+        loss(batch).backward()
+        exchange.push()                      # starts the bucketed all-reduce of these gradients
+        if exchange.load_ready_into_grads(): # the average from `delay` steps ago, if any
+            optimizer.step()
+        optimizer.zero_grad()
+    for _ in exchange.drain_into_grads():    # at a sync point: apply what is pending, in order
+        optimizer.step()
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+COMPENSATIONS = (None, "dc")
+
+
+@dataclass
+class _InFlight:
+    buckets: list[torch.Tensor]  # flat gradient buckets being all-reduced (summed in place)
+    works: list[dist.Work]
+    weights: torch.Tensor | None  # the flat weights the gradient was computed at (for compensation)
+
+
+def validate(delay: int, compensation: str | None, dc_lambda: float, bucket_size_mb: float) -> None:
+    """Raise a ValueError that says what is wrong with these settings."""
+    if isinstance(delay, bool) or not isinstance(delay, int) or delay < 0:
+        raise ValueError(f"delay must be a non-negative integer number of optimizer steps, got {delay!r}")
+    if compensation not in COMPENSATIONS:
+        raise ValueError(f"unknown compensation {compensation!r}; choose None or 'dc' (DC-ASGD)")
+    if not dc_lambda >= 0:
+        raise ValueError(f"dc_lambda must be non-negative, got {dc_lambda}")
+    if not bucket_size_mb > 0:
+        raise ValueError(f"bucket_size_mb must be positive, got {bucket_size_mb}")
+
+
+def make_buckets(params: Sequence[torch.Tensor], bucket_size_mb: float) -> list[list[int]]:
+    """Consecutive parameter indices grouped so that each group holds at most ``bucket_size_mb``
+    of gradient (a parameter larger than that gets a bucket of its own)."""
+    limit = bucket_size_mb * 2**20
+    buckets: list[list[int]] = [[]]
+    size = 0
+    for i, p in enumerate(params):
+        nbytes = p.numel() * p.element_size()
+        if buckets[-1] and size + nbytes > limit:
+            buckets.append([])
+            size = 0
+        buckets[-1].append(i)
+        size += nbytes
+    return [b for b in buckets if b]
+
+
+class DelayedAllReduce:
+    """Averages gradients across a process group asynchronously; hands each back ``delay`` pushes later.
+
+    Args:
+        params: the parameters whose ``.grad`` is exchanged (in a fixed order on every rank).
+        delay: how many later pushes an average waits for before it is handed back; 0 is a
+            synchronous all-reduce (DDP's result).
+        bucket_size_mb: gradients are flattened into buckets of about this size, one collective each.
+        group: the process group (default: the world).
+        compensation: ``None`` or ``"dc"`` (delay compensation, see the module docstring).
+        dc_lambda: DC-ASGD's lambda.
+    """
+
+    def __init__(
+        self,
+        params: Sequence[torch.Tensor],
+        delay: int,
+        bucket_size_mb: float = 25.0,
+        group: dist.ProcessGroup | None = None,
+        compensation: str | None = None,
+        dc_lambda: float = 0.04,
+    ) -> None:
+        validate(delay, compensation, dc_lambda, bucket_size_mb)
+        self.params = list(params)
+        self.delay = delay
+        self.group = group
+        self.compensation = compensation
+        self.dc_lambda = dc_lambda
+        self.bucket_indices = make_buckets(self.params, bucket_size_mb)
+        self.world_size = dist.get_world_size(group)
+        self._queue: deque[_InFlight] = deque()
+        #: Seconds spent blocked waiting for collectives to finish (the communication not hidden).
+        self.wait_s = 0.0
+
+    @property
+    def pending(self) -> int:
+        """Averages started but not yet handed back."""
+        return len(self._queue)
+
+    def _flat_weights(self) -> torch.Tensor:
+        return torch.cat([p.detach().reshape(-1) for p in self.params]).clone()
+
+    def push(self) -> None:
+        """Snapshot the current gradients into buckets and start their all-reduce."""
+        buckets, works = [], []
+        for indices in self.bucket_indices:
+            parts = []
+            for i in indices:
+                p = self.params[i]
+                parts.append(p.grad.detach().reshape(-1) if p.grad is not None else torch.zeros(p.numel(), dtype=p.dtype, device=p.device))
+            bucket = torch.cat(parts)
+            buckets.append(bucket)
+            works.append(dist.all_reduce(bucket, group=self.group, async_op=True))
+        weights = self._flat_weights() if self.compensation == "dc" else None
+        self._queue.append(_InFlight(buckets, works, weights))
+
+    def _complete(self, item: _InFlight) -> list[torch.Tensor]:
+        start = time.perf_counter()
+        for work in item.works:
+            work.wait()
+        self.wait_s += time.perf_counter() - start
+        return [bucket.div_(self.world_size) for bucket in item.buckets]
+
+    def _write(self, item: _InFlight) -> None:
+        averaged = self._complete(item)
+        flat = torch.cat(averaged)
+        if self.compensation == "dc":
+            flat = flat + self.dc_lambda * flat * flat * (self._flat_weights() - item.weights)
+        offset = 0
+        for p in self.params:
+            n = p.numel()
+            p.grad = flat[offset : offset + n].view_as(p).clone()
+            offset += n
+
+    def load_ready_into_grads(self) -> bool:
+        """If an average is ``delay`` pushes old, write it (compensated) into ``.grad``; say whether."""
+        if len(self._queue) <= self.delay:
+            return False
+        self._write(self._queue.popleft())
+        return True
+
+    def drain_into_grads(self) -> Iterator[None]:
+        """Write every pending average into ``.grad``, oldest first, yielding after each (step then)."""
+        while self._queue:
+            self._write(self._queue.popleft())
+            yield
