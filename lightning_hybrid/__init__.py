@@ -1,8 +1,8 @@
 """lightning-hybrid: PyTorch Lightning strategies for distributed training on heterogeneous hardware."""
 
 from lightning_hybrid.classifier import ClassifierModule
-from lightning_hybrid.strategies import SSPStrategy
+from lightning_hybrid.strategies import AllReduceASGDStrategy, SSPStrategy
 
 __version__ = "0.1.0"
 
-__all__ = ["ClassifierModule", "SSPStrategy", "__version__"]
+__all__ = ["AllReduceASGDStrategy", "ClassifierModule", "SSPStrategy", "__version__"]

@@ -31,6 +31,7 @@ from omegaconf import DictConfig, OmegaConf, read_write
 from pytorch_lightning.accelerators import CPUAccelerator
 
 from lightning_hybrid.classifier import ClassifierModule
+from lightning_hybrid.sim import HeterogeneitySimulator
 
 log = logging.getLogger("lightning_hybrid")
 
@@ -82,9 +83,9 @@ def check_resources(cfg: DictConfig, trainer: pl.Trainer) -> None:
             "allow_cpu_oversubscription=true if you mean it (for example to test distributed code)."
         )
     for callback in trainer.callbacks:
-        check = getattr(callback, "check_world_size", None)
-        if check is not None:
-            check(trainer.world_size)
+        if isinstance(callback, HeterogeneitySimulator):
+            callback.check_world_size(trainer.world_size)
+            callback.check_strategy(trainer.strategy)
 
 
 def _selected_config_flags(argv: list[str]) -> list[str]:

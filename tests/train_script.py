@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import signal
+import time
 from dataclasses import asdict
 from functools import partial
 from pathlib import Path
@@ -21,7 +22,8 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from lightning_hybrid import ClassifierModule, SSPStrategy
+from lightning_hybrid import AllReduceASGDStrategy, ClassifierModule, SSPStrategy
+from lightning_hybrid.callbacks import EpochTimer
 from lightning_hybrid.data.base import EpochSeededRandomSampler
 from lightning_hybrid.data.synthetic import synthetic_classification
 from lightning_hybrid.models import MLP
@@ -54,13 +56,16 @@ class IndexedData(pl.LightningDataModule):
 class RecordingClassifier(ClassifierModule):
     """Records which samples each epoch trained on."""
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args, compute_sleep: float = 0.0, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.seen: dict[int, list[int]] = {}
+        self.compute_sleep = compute_sleep
 
     def training_step(self, batch, batch_idx):
         x, y, idx = batch
         self.seen.setdefault(self.current_epoch, []).extend(idx.tolist())
+        if self.compute_sleep:
+            time.sleep(self.compute_sleep)  # a slower model's compute, for the overlap test
         return super().training_step((x, y), batch_idx)
 
 
@@ -96,22 +101,36 @@ def main() -> None:
     parser.add_argument("--clip", type=float, default=None, help="gradient_clip_val")
     parser.add_argument("--accumulate", type=int, default=1, help="accumulate_grad_batches")
     parser.add_argument("--scheduler", action="store_true", help="StepLR(step_size=1, gamma=0.5) per epoch")
+    parser.add_argument("--delay", type=int, default=1, help="AllReduceASGDStrategy delay")
+    parser.add_argument("--compensation", default=None)
+    parser.add_argument("--dc-lambda", type=float, default=0.04)
+    parser.add_argument("--warmup", type=int, default=0)
+    parser.add_argument("--latency", type=float, default=0.0, help="sim collective_latency_s")
+    parser.add_argument("--compute-sleep", type=float, default=0.0, help="seconds of simulated compute per step")
     args = parser.parse_args()
 
     pl.seed_everything(0)
     strategy = args.strategy
     if strategy == "ssp":
         strategy = SSPStrategy(staleness=args.staleness, sync=args.sync, timeout=args.timeout)
+    elif strategy == "asgd":
+        strategy = AllReduceASGDStrategy(
+            delay=args.delay, compensation=args.compensation, dc_lambda=args.dc_lambda, warmup_steps=args.warmup
+        )
     callbacks = []
-    if args.slowdown:
-        callbacks.append(HeterogeneitySimulator(slowdown=[float(f) for f in args.slowdown.split(",")]))
+    if args.slowdown or args.latency:
+        slowdown = [float(f) for f in args.slowdown.split(",")] if args.slowdown else None
+        callbacks.append(HeterogeneitySimulator(slowdown=slowdown, collective_latency_s=args.latency))
+    timer = EpochTimer()
+    callbacks.append(timer)
     if args.kill_rank is not None:
         callbacks.append(KillAt(args.kill_rank, args.kill_step))
     if args.checkpoint_dir:
         callbacks.append(pl.callbacks.ModelCheckpoint(dirpath=args.checkpoint_dir, save_top_k=-1, filename="{epoch}"))
     scheduler = partial(torch.optim.lr_scheduler.StepLR, step_size=1, gamma=0.5) if args.scheduler else None
     module = RecordingClassifier(
-        MLP(activation="relu"), optimizer=partial(torch.optim.SGD, lr=args.lr, momentum=args.momentum), scheduler=scheduler
+        MLP(activation="relu"), optimizer=partial(torch.optim.SGD, lr=args.lr, momentum=args.momentum), scheduler=scheduler,
+        compute_sleep=args.compute_sleep,
     )
     trainer = pl.Trainer(
         accelerator="cpu", devices=args.devices, strategy=strategy, max_epochs=args.epochs, logger=False,
@@ -134,8 +153,10 @@ def main() -> None:
         (args.out / "test_acc.txt").write_text(str(result["test/acc"]))
         summary = {
             "val_acc": validated["val/acc"], "predictions": predictions.numel(), "global_step": trainer.global_step,
-            "lr": trainer.optimizers[0].param_groups[0]["lr"],
+            "lr": trainer.optimizers[0].param_groups[0]["lr"], "epoch_times": timer.epoch_times,
         }
+        if isinstance(strategy, AllReduceASGDStrategy):
+            summary.update(pushed=strategy.pushed, applied=strategy.applied)
         (args.out / "summary.json").write_text(json.dumps(summary))
     # Without this, torch 2.13's gloo sometimes aborts a rank at interpreter exit after trainer.test
     # ("terminate called without an active exception"); the lightning-hybrid CLI does the same.

@@ -24,6 +24,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import torch
@@ -35,7 +36,7 @@ COMPENSATIONS = (None, "dc")
 @dataclass
 class _InFlight:
     buckets: list[torch.Tensor]  # flat gradient buckets being all-reduced (summed in place)
-    works: list[dist.Work]
+    works: list[dist.Work | Future]
     weights: torch.Tensor | None  # the flat weights the gradient was computed at (for compensation)
 
 
@@ -78,6 +79,11 @@ class DelayedAllReduce:
         group: the process group (default: the world).
         compensation: ``None`` or ``"dc"`` (delay compensation, see the module docstring).
         dc_lambda: DC-ASGD's lambda.
+        latency_s: simulated network latency added to every collective (heterogeneity simulation):
+            the collectives are then issued, in order, by one background thread that sleeps this
+            long before each, so the latency overlaps with computation as a real one would.
+            Use a process group of its own (``group``) then: Lightning's collectives on the main
+            thread must not interleave with these.
     """
 
     def __init__(
@@ -88,8 +94,11 @@ class DelayedAllReduce:
         group: dist.ProcessGroup | None = None,
         compensation: str | None = None,
         dc_lambda: float = 0.04,
+        latency_s: float = 0.0,
     ) -> None:
         validate(delay, compensation, dc_lambda, bucket_size_mb)
+        if not latency_s >= 0:
+            raise ValueError(f"latency_s must be non-negative, got {latency_s}")
         self.params = list(params)
         self.delay = delay
         self.group = group
@@ -98,8 +107,26 @@ class DelayedAllReduce:
         self.bucket_indices = make_buckets(self.params, bucket_size_mb)
         self.world_size = dist.get_world_size(group)
         self._queue: deque[_InFlight] = deque()
+        self.latency_s = latency_s
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="delayed-allreduce") if latency_s > 0 else None
         #: Seconds spent blocked waiting for collectives to finish (the communication not hidden).
         self.wait_s = 0.0
+
+    def _all_reduce(self, bucket: torch.Tensor) -> dist.Work | Future:
+        if self._thread is None:
+            return dist.all_reduce(bucket, group=self.group, async_op=True)
+
+        def slow_all_reduce() -> None:
+            time.sleep(self.latency_s)
+            dist.all_reduce(bucket, group=self.group)
+
+        return self._thread.submit(slow_all_reduce)
+
+    def close(self) -> None:
+        """Stop the background thread of the latency simulation (pending work is finished first)."""
+        if self._thread is not None:
+            self._thread.shutdown(wait=True)
+            self._thread = None
 
     @property
     def pending(self) -> int:
@@ -119,14 +146,14 @@ class DelayedAllReduce:
                 parts.append(p.grad.detach().reshape(-1) if p.grad is not None else torch.zeros(p.numel(), dtype=p.dtype, device=p.device))
             bucket = torch.cat(parts)
             buckets.append(bucket)
-            works.append(dist.all_reduce(bucket, group=self.group, async_op=True))
+            works.append(self._all_reduce(bucket))
         weights = self._flat_weights() if self.compensation == "dc" else None
         self._queue.append(_InFlight(buckets, works, weights))
 
     def _complete(self, item: _InFlight) -> list[torch.Tensor]:
         start = time.perf_counter()
         for work in item.works:
-            work.wait()
+            work.result() if isinstance(work, Future) else work.wait()
         self.wait_s += time.perf_counter() - start
         return [bucket.div_(self.world_size) for bucket in item.buckets]
 

@@ -88,6 +88,9 @@ class HeterogeneitySimulator(pl.Callback):
         straggle_prob: per-step probability of a transient straggler, on every rank.
         straggle_factor: how much slower a straggler step is.
         seed: straggler draws use ``(seed, rank)``, so runs are reproducible.
+        collective_latency_s: seconds of simulated network latency added to every gradient
+            collective, for strategies that can take it (``AllReduceASGDStrategy``): a
+            communication-bound setting on one machine.
 
     Example::
 
@@ -101,7 +104,11 @@ class HeterogeneitySimulator(pl.Callback):
         straggle_prob: float = 0.0,
         straggle_factor: float = 3.0,
         seed: int = 0,
+        collective_latency_s: float = 0.0,
     ) -> None:
+        if not collective_latency_s >= 0:
+            raise ValueError(f"collective_latency_s must be non-negative seconds, got {collective_latency_s}")
+        self.collective_latency_s = float(collective_latency_s)
         self.slowdown = None if slowdown is None else [float(f) for f in slowdown]
         self.straggle_prob = float(straggle_prob)
         self.straggle_factor = float(straggle_factor)
@@ -116,7 +123,11 @@ class HeterogeneitySimulator(pl.Callback):
     @property
     def active(self) -> bool:
         """Whether this simulator changes anything at all."""
-        return any(f != 1.0 for f in self.slowdown or []) or (self.straggle_prob > 0 and self.straggle_factor > 1)
+        return (
+            any(f != 1.0 for f in self.slowdown or [])
+            or (self.straggle_prob > 0 and self.straggle_factor > 1)
+            or self.collective_latency_s > 0
+        )
 
     def check_world_size(self, world_size: int) -> None:
         """Raise a ValueError when ``slowdown`` does not give exactly one factor per rank."""
@@ -126,10 +137,21 @@ class HeterogeneitySimulator(pl.Callback):
                 f"training ranks; give one factor per rank, e.g. sim.slowdown=[{','.join(['1.0'] * world_size)}]"
             )
 
+    def check_strategy(self, strategy: Any) -> None:
+        """Raise a ValueError when a collective latency is asked of a strategy that cannot take it."""
+        if self.collective_latency_s > 0 and not hasattr(strategy, "inject_collective_latency"):
+            raise ValueError(
+                f"sim.collective_latency_s={self.collective_latency_s} needs a strategy that can add latency to its "
+                f"collectives (AllReduceASGDStrategy: strategy=allreduce_asgd); {type(strategy).__name__} cannot."
+            )
+
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage != "fit":
             return
         self.check_world_size(trainer.world_size)
+        self.check_strategy(trainer.strategy)
+        if self.collective_latency_s > 0:
+            trainer.strategy.inject_collective_latency(self.collective_latency_s)
         rank = trainer.global_rank
         factor = self.slowdown[rank] if self.slowdown is not None else 1.0
         self.stretcher = StepStretcher(factor, self.straggle_prob, self.straggle_factor, seed=(self.seed, rank))

@@ -25,9 +25,8 @@ import pytorch_lightning as pl
 import torch
 import torch.distributed as dist
 from lightning_fabric.strategies import _StrategyRegistry
-from pytorch_lightning.callbacks import Callback, ModelCheckpoint
+from pytorch_lightning.callbacks import Callback
 from pytorch_lightning.strategies import DDPStrategy
-from pytorch_lightning.strategies.launchers import _SubprocessScriptLauncher
 from pytorch_lightning.trainer.states import RunningStage, TrainerFn
 from pytorch_lightning.utilities.data import _update_dataloader
 from pytorch_lightning.utilities.exceptions import SIGTERMException
@@ -37,6 +36,14 @@ from torch.utils.data import DataLoader, Sampler
 from lightning_hybrid.comm.channel import open_channel
 from lightning_hybrid.comm.sync_controller import validate_staleness
 from lightning_hybrid.comm.worker_client import DatasetShape, ParameterServerClient
+from lightning_hybrid.strategies.common import (
+    CheckingLauncher,
+    ReplacedStep,
+    refuse_grad_scaler,
+    refuse_manual_optimization,
+    refuse_mid_epoch_checkpoints,
+    unwrap_optimizer,
+)
 
 log = logging.getLogger(__name__)
 
@@ -76,23 +83,6 @@ class WorkerEpochStats:
     train_s: float = 0.0
     max_gap: int = 0
     samples_per_s: float = 0.0
-
-
-class _OptimizerOnServer:
-    """What Lightning's precision plugin steps: run the closure (forward, backward, clipping), then
-    push the gradient to the server and pull the parameters instead of stepping locally."""
-
-    def __init__(self, strategy: SSPStrategy, optimizer: torch.optim.Optimizer) -> None:
-        self._strategy = strategy
-        self._optimizer = optimizer
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._optimizer, name)
-
-    def step(self, closure: Callable[[], Any] | None = None) -> Any:
-        loss = closure() if closure is not None else None
-        self._strategy._push_and_pull(self._optimizer)
-        return loss
 
 
 class _SyncPoints(Callback):
@@ -214,7 +204,7 @@ class SSPStrategy(DDPStrategy):
 
     def _configure_launcher(self) -> None:
         assert self.cluster_environment is not None
-        self._launcher = _SSPLauncher(self, self.cluster_environment, self.num_processes, self.num_nodes)
+        self._launcher = CheckingLauncher(self, self.cluster_environment, self.num_processes, self.num_nodes)
 
     def check_trainer(self, trainer: pl.Trainer, model: pl.LightningModule | None) -> None:
         """Refuse what SSP cannot run, with what to do instead (called before workers start)."""
@@ -223,8 +213,7 @@ class SSPStrategy(DDPStrategy):
                 f"SSPStrategy needs at least two workers, got {self.num_workers}; set devices=2 or more "
                 "(CPU: each device is one worker process)."
             )
-        if model is not None and not model.automatic_optimization:
-            raise ValueError("SSPStrategy supports automatic optimization only (the server runs the optimizer step).")
+        refuse_manual_optimization("SSPStrategy", model, "the server runs the optimizer step")
         if trainer.max_steps != -1:
             raise ValueError(
                 f"SSPStrategy does not support max_steps={trainer.max_steps}: workers run different numbers of "
@@ -240,16 +229,8 @@ class SSPStrategy(DDPStrategy):
             raise ValueError(
                 f"SSPStrategy supports limit_train_batches as an integer (batches per worker, pooled) or 1.0, got {limit}"
             )
-        for callback in trainer.callbacks:
-            if isinstance(callback, ModelCheckpoint) and (
-                callback._every_n_train_steps or callback._train_time_interval is not None
-            ):
-                raise ValueError(
-                    "SSPStrategy saves checkpoints at epoch ends only (global sync points); ModelCheckpoint has "
-                    "every_n_train_steps or train_time_interval set. Use every_n_epochs."
-                )
-        if getattr(self.precision_plugin, "scaler", None) is not None:
-            raise ValueError("SSPStrategy does not support fp16 with a gradient scaler; use precision='bf16-mixed' or 32.")
+        refuse_mid_epoch_checkpoints("SSPStrategy", trainer)
+        refuse_grad_scaler("SSPStrategy", self.precision_plugin)
 
     # ------------------------------------------------------------------ model and optimizer
     def _setup_model(self, model: torch.nn.Module) -> torch.nn.Module:
@@ -348,8 +329,8 @@ class SSPStrategy(DDPStrategy):
         if self.client is None:
             return super().optimizer_step(optimizer, closure, model, **kwargs)
         model = model or self.lightning_module
-        inner = getattr(optimizer, "_optimizer", optimizer)  # a LightningOptimizer wraps the optimizer
-        return self.precision_plugin.optimizer_step(_OptimizerOnServer(self, inner), model=model, closure=closure, **kwargs)
+        step = ReplacedStep(unwrap_optimizer(optimizer), self._push_and_pull)  # push and pull instead of stepping
+        return self.precision_plugin.optimizer_step(step, model=model, closure=closure, **kwargs)
 
     def _push_and_pull(self, optimizer: torch.optim.Optimizer) -> None:
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self._params]
@@ -498,17 +479,3 @@ class SSPStrategy(DDPStrategy):
             "ssp_bounded", cls, description="Stale-synchronous parallel (Ho et al. 2013), staleness 3", sync="bounded"
         )
         strategy_registry.register("ssp_async", cls, description="Fully asynchronous parameter server", staleness=math.inf)
-
-
-class _SSPLauncher(_SubprocessScriptLauncher):
-    """Lightning's subprocess launcher, checking the run before any worker process starts."""
-
-    def __init__(self, strategy: SSPStrategy, *args: Any) -> None:
-        super().__init__(*args)
-        self.strategy = strategy
-
-    def launch(self, function: Callable, *args: Any, trainer: pl.Trainer | None = None, **kwargs: Any) -> Any:
-        if trainer is not None and trainer.state.fn == TrainerFn.FITTING:
-            model = args[0] if args and isinstance(args[0], pl.LightningModule) else None
-            self.strategy.check_trainer(trainer, model)
-        return super().launch(function, *args, trainer=trainer, **kwargs)

@@ -1,0 +1,246 @@
+"""AllReduceASGDStrategy: ring all-reduce data parallelism whose gradients are applied with a delay.
+
+Lightning glue only; the algorithm is :class:`lightning_hybrid.comm.DelayedAllReduce`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+import torch.distributed as dist
+from lightning_fabric.strategies import _StrategyRegistry
+from pytorch_lightning.callbacks import Callback
+from pytorch_lightning.strategies import DDPStrategy
+from pytorch_lightning.trainer.states import TrainerFn
+
+from lightning_hybrid.comm.delayed_allreduce import DelayedAllReduce, validate
+from lightning_hybrid.strategies.common import (
+    CheckingLauncher,
+    ReplacedStep,
+    refuse_grad_scaler,
+    refuse_manual_optimization,
+    refuse_mid_epoch_checkpoints,
+    unwrap_optimizer,
+)
+
+
+class _DrainPoints(Callback):
+    """Applies the pending averages where Lightning reads or saves the model: before validation,
+    at the end of each training epoch (before checkpoints are written) and at the end of fitting."""
+
+    def __init__(self, strategy: AllReduceASGDStrategy) -> None:
+        self.strategy = strategy
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.strategy._check_epoch_length(trainer)
+
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.state.fn == TrainerFn.FITTING and not trainer.sanity_checking:
+            self.strategy.drain()
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.strategy.drain()
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.strategy.drain()
+
+
+class AllReduceASGDStrategy(DDPStrategy):
+    """Data parallelism whose gradient all-reduce runs in the background and is applied ``delay`` steps later.
+
+    Each optimizer step computes this rank's gradients, starts their bucketed all-reduce with
+    asynchronous collectives, and applies the average that step ``t - delay`` started (none while
+    the pipeline fills), so computation never waits for the network unless the network is slower
+    than ``delay`` steps of compute (Pipe-SGD; Akintoye et al. 2022 combine ring all-reduce with
+    asynchronous SGD). Every average is applied exactly once; at sync points (before validation, at
+    the end of each training epoch, so before checkpoints are written, and at the end of fitting)
+    the pending ones are applied in order. ``delay=0`` is DDP.
+
+    Args:
+        delay: optimizer steps between computing a gradient and applying its average.
+        compensation: ``None``, or ``"dc"`` to apply ``g + dc_lambda * g * g * (w_now - w_then)``
+            (DC-ASGD, Zheng et al. 2017) where ``w_then`` are the weights the gradient was computed at.
+        dc_lambda: DC-ASGD's lambda.
+        bucket_size_mb: gradients are flattened into buckets of about this size, one collective each.
+        warmup_steps: the first optimizer steps are synchronous (applied at once).
+        process_group_backend: ``None`` (gloo on CPU, nccl on GPU) or a backend name.
+
+    The exchange uses a process group of its own. Works with the optimizer and LR schedulers from
+    ``configure_optimizers``, gradient clipping (of each rank's gradient, before the exchange),
+    accumulation, bf16 precision, checkpoints (nothing is pending when one is written) and
+    validate/test/predict. Logged each step: ``asgd/compute_s`` (forward and backward) and
+    ``asgd/wait_s`` (blocked on communication). The steps that apply pending averages at a sync
+    point are optimizer steps Lightning does not count and do not advance LR schedulers.
+
+    Refused before workers start: manual optimization, fp16 with a gradient scaler, step- or
+    time-based checkpointing; a ``delay`` of more optimizer steps than an epoch has is refused when
+    fitting starts.
+
+    Example::
+
+        >>> import pytorch_lightning as pl
+        >>> from lightning_hybrid import AllReduceASGDStrategy
+        >>> trainer = pl.Trainer(accelerator="cpu", devices=2, strategy=AllReduceASGDStrategy(delay=1))
+        >>> # or pl.Trainer(strategy="allreduce_asgd", devices=2)
+    """
+
+    strategy_name = "allreduce_asgd"
+
+    def __init__(
+        self,
+        delay: int = 1,
+        compensation: str | None = None,
+        dc_lambda: float = 0.04,
+        bucket_size_mb: float = 25.0,
+        warmup_steps: int = 0,
+        accelerator: Any = None,
+        parallel_devices: list[torch.device] | None = None,
+        cluster_environment: Any = None,
+        checkpoint_io: Any = None,
+        precision_plugin: Any = None,
+        process_group_backend: str | None = None,
+    ) -> None:
+        super().__init__(
+            accelerator=accelerator,
+            parallel_devices=parallel_devices,
+            cluster_environment=cluster_environment,
+            checkpoint_io=checkpoint_io,
+            precision_plugin=precision_plugin,
+            process_group_backend=process_group_backend,
+            start_method="popen",
+        )
+        validate(delay, compensation, dc_lambda, bucket_size_mb)
+        if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
+            raise ValueError(f"warmup_steps must be a non-negative integer, got {warmup_steps!r}")
+        self.delay = delay
+        self.compensation = compensation
+        self.dc_lambda = dc_lambda
+        self.bucket_size_mb = bucket_size_mb
+        self.warmup_steps = warmup_steps
+        #: Simulated latency added to each collective (set by lightning_hybrid.sim).
+        self.collective_latency_s = 0.0
+        self.exchange: DelayedAllReduce | None = None
+        self._group: dist.ProcessGroup | None = None
+        self._drain_callback: _DrainPoints | None = None
+        self._steps = 0
+        #: Averages started (one per optimizer step) and applied, over the whole fit.
+        self.pushed = 0
+        self.applied = 0
+
+    # ------------------------------------------------------------------ checks
+    def _configure_launcher(self) -> None:
+        assert self.cluster_environment is not None
+        self._launcher = CheckingLauncher(self, self.cluster_environment, self.num_processes, self.num_nodes)
+
+    def check_trainer(self, trainer: pl.Trainer, model: pl.LightningModule | None) -> None:
+        """Refuse what the strategy cannot run (called before the other processes start)."""
+        refuse_manual_optimization("AllReduceASGDStrategy", model, "it replaces the optimizer step")
+        refuse_mid_epoch_checkpoints("AllReduceASGDStrategy", trainer)
+        refuse_grad_scaler("AllReduceASGDStrategy", self.precision_plugin)
+
+    def _check_epoch_length(self, trainer: pl.Trainer) -> None:
+        steps = trainer.num_training_batches / max(trainer.accumulate_grad_batches, 1)
+        if self.delay >= steps:
+            raise ValueError(
+                f"AllReduceASGDStrategy(delay={self.delay}) is not shorter than an epoch ({steps:g} optimizer steps): "
+                "nothing would be applied before the epoch's sync point. Use a smaller delay or more batches."
+            )
+
+    def inject_collective_latency(self, seconds: float) -> None:
+        """Add ``seconds`` to every collective of the exchange (heterogeneity simulation)."""
+        if not seconds >= 0:
+            raise ValueError(f"collective latency must be non-negative, got {seconds}")
+        self.collective_latency_s = float(seconds)
+
+    # ------------------------------------------------------------------ setup
+    def _setup_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        return model  # no DDP wrapper: the exchange is ours
+
+    def _register_ddp_hooks(self) -> None:
+        """No DDP wrapper, hence no DDP communication hooks to register."""
+
+    def setup(self, trainer: pl.Trainer) -> None:
+        super().setup(trainer)
+        if trainer.state.fn != TrainerFn.FITTING:
+            return
+        self.check_trainer(trainer, self.lightning_module)
+        if len(self.optimizers) != 1:
+            raise ValueError(
+                f"AllReduceASGDStrategy supports exactly one optimizer, configure_optimizers returned {len(self.optimizers)}"
+            )
+        if self._group is None:
+            self._group = dist.new_group(backend=self._get_process_group_backend())
+        params = [p for group in self.optimizers[0].param_groups for p in group["params"]]
+        self.exchange = DelayedAllReduce(
+            params, self.delay, self.bucket_size_mb, group=self._group, compensation=self.compensation,
+            dc_lambda=self.dc_lambda, latency_s=self.collective_latency_s,
+        )
+        self._steps = self.pushed = self.applied = 0
+        self._drain_callback = _DrainPoints(self)
+        trainer.callbacks.insert(0, self._drain_callback)
+
+    # ------------------------------------------------------------------ the step
+    def optimizer_step(self, optimizer: Any, closure: Callable[[], Any], model: Any = None, **kwargs: Any) -> Any:
+        if self.exchange is None:
+            return super().optimizer_step(optimizer, closure, model, **kwargs)
+        model = model or self.lightning_module
+        start = time.perf_counter()
+
+        def timed_closure() -> Any:
+            result = closure()
+            self._compute_s = time.perf_counter() - start
+            return result
+
+        step = ReplacedStep(unwrap_optimizer(optimizer), self._exchange_and_step)
+        return self.precision_plugin.optimizer_step(step, model=model, closure=timed_closure, **kwargs)
+
+    def _exchange_and_step(self, optimizer: torch.optim.Optimizer) -> None:
+        exchange = self.exchange
+        waited = exchange.wait_s
+        exchange.push()
+        self.pushed += 1
+        if self._steps < self.warmup_steps:
+            for _ in exchange.drain_into_grads():  # synchronous: this step's average, at once
+                optimizer.step()
+                self.applied += 1
+        elif exchange.load_ready_into_grads():
+            optimizer.step()
+            self.applied += 1
+        self._steps += 1
+        module = self.lightning_module
+        module.log("asgd/compute_s", self._compute_s, on_step=True, on_epoch=False)
+        module.log("asgd/wait_s", exchange.wait_s - waited, on_step=True, on_epoch=False)
+
+    def drain(self) -> None:
+        """Apply every pending average, oldest first (all ranks call this at the same point)."""
+        if self.exchange is None:
+            return
+        optimizer = self.optimizers[0]
+        for _ in self.exchange.drain_into_grads():
+            optimizer.step()
+            self.applied += 1
+        optimizer.zero_grad()
+
+    def teardown(self) -> None:
+        if self.exchange is not None:
+            self.exchange.close()
+            self.exchange = None
+        if self._drain_callback is not None and self.lightning_module is not None and self.lightning_module._trainer:
+            callbacks = self.lightning_module.trainer.callbacks
+            if self._drain_callback in callbacks:
+                callbacks.remove(self._drain_callback)
+        self._drain_callback = None
+        super().teardown()
+
+    @classmethod
+    def register_strategies(cls, strategy_registry: _StrategyRegistry) -> None:
+        strategy_registry.register(
+            "allreduce_asgd", cls, description="All-reduce data parallelism with gradients applied one step late"
+        )
+        strategy_registry.register(
+            "allreduce_asgd_dc", cls, description="Delayed all-reduce with DC-ASGD compensation", compensation="dc"
+        )

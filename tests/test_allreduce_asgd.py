@@ -1,0 +1,165 @@
+"""AllReduceASGDStrategy through a user's Trainer script on 2 gloo processes."""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from functools import partial
+
+import pytest
+import pytorch_lightning as pl
+import torch
+from torch.nn import functional as F
+
+from conftest import run_train_script
+from lightning_hybrid import AllReduceASGDStrategy, ClassifierModule
+from lightning_hybrid.data import SyntheticMNISTDataModule
+from lightning_hybrid.data.base import EpochSeededRandomSampler
+from lightning_hybrid.data.synthetic import synthetic_classification
+from lightning_hybrid.models import MLP
+
+pytestmark = pytest.mark.multiprocess
+EPOCHS, SAMPLES, GLOBAL_BATCH, LR = 3, 256, 32, 0.1
+
+
+def load(path):
+    return torch.load(path, weights_only=False)
+
+
+def reference(delay: int, compensation: str | None = None, dc_lambda: float = 0.04, warmup: int = 0) -> dict:
+    """One process, plain SGD, DDP's global batches: step t's mean gradient over the global batch,
+    taken at the weights of step t, is applied (compensated) `delay` steps later; what is pending
+    at the end of each epoch is applied in order (the strategy's sync point)."""
+    pl.seed_everything(0)  # as tests/train_script.py: the same initial weights
+    net = MLP(activation="relu")
+    params = list(net.parameters())
+    optimizer = torch.optim.SGD(params, lr=LR)
+    x, y = synthetic_classification(SAMPLES, (1, 28, 28), 10, seed=1)
+    sampler = EpochSeededRandomSampler(range(SAMPLES), seed=0)
+    pending: deque = deque()
+    step = 0
+
+    def apply(grads, weights_then):
+        for p, g, w in zip(params, grads, weights_then):
+            p.grad = g + dc_lambda * g * g * (p.detach() - w) if compensation == "dc" else g.clone()
+        optimizer.step()
+
+    for epoch in range(EPOCHS):
+        sampler.set_epoch(epoch)
+        order = list(sampler)
+        for start in range(0, SAMPLES, GLOBAL_BATCH):
+            idx = order[start : start + GLOBAL_BATCH]
+            net.zero_grad()
+            F.cross_entropy(net(x[idx]), y[idx]).backward()
+            pending.append(([p.grad.clone() for p in params], [p.detach().clone() for p in params]))
+            if step < warmup or len(pending) > delay:
+                apply(*pending.popleft())
+            step += 1
+        while pending:
+            apply(*pending.popleft())
+    return {f"net.{name}": p.detach() for name, p in net.named_parameters()}
+
+
+def check_against(result_dir, expected):
+    ranks = [load(result_dir / f"rank{r}.pt") for r in (0, 1)]
+    for name, want in expected.items():
+        torch.testing.assert_close(ranks[0][name], ranks[1][name], rtol=0, atol=0, msg=f"ranks disagree on {name}")
+        torch.testing.assert_close(ranks[0][name], want, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_delay_zero_equals_ddp(tmp_path):
+    common = ["--devices", "2", "--batch-size", "16", "--epochs", str(EPOCHS)]
+    run_train_script(tmp_path / "ddp", "--strategy", "ddp", *common)
+    run_train_script(tmp_path / "asgd", "--strategy", "asgd", "--delay", "0", *common)
+    ddp = load(tmp_path / "ddp" / "rank0.pt")
+    check_against(tmp_path / "asgd", {k: v for k, v in ddp.items() if k.startswith("net.")})
+
+
+@pytest.mark.parametrize(
+    "delay, compensation, warmup",
+    [(1, None, 0), (2, None, 0), (2, "dc", 0), (1, None, 3)],
+)
+def test_delayed_application_equals_the_reference(tmp_path, delay, compensation, warmup):
+    args = ["--strategy", "asgd", "--delay", str(delay), "--warmup", str(warmup), "--dc-lambda", "0.5",
+            "--batch-size", "16", "--epochs", str(EPOCHS)]
+    if compensation:
+        args += ["--compensation", compensation]
+    run_train_script(tmp_path, *args)
+    check_against(tmp_path, reference(delay, compensation, dc_lambda=0.5, warmup=warmup))
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    # 8 optimizer steps per epoch; every average is applied exactly once, the last ones at the drain
+    assert summary["pushed"] == summary["applied"] == 8 * EPOCHS
+    assert summary["global_step"] == 8 * EPOCHS
+
+
+def test_communication_overlaps_computation(tmp_path):
+    """Compute C = 0.1 s and an injected collective latency L = 0.1 s per step: synchronous
+    (delay 0) steps take about C + L, delayed ones about max(C, L)."""
+    times = {}
+    for delay in (0, 1):
+        out = tmp_path / f"d{delay}"
+        run_train_script(out, "--strategy", "asgd", "--delay", str(delay), "--latency", "0.1", "--compute-sleep", "0.1",
+                         "--samples", "256", "--batch-size", "16", "--epochs", "2")
+        times[delay] = json.loads((out / "summary.json").read_text())["epoch_times"][-1] / 8  # 8 steps per epoch
+    assert times[0] > 0.18, times  # C + L
+    assert 1.4 < times[0] / times[1] < 2.5, times  # ideal (C + L) / max(C, L) = 2
+
+
+def test_lightning_features(tmp_path):
+    out = tmp_path / "features"
+    ckpts = tmp_path / "ckpts"
+    run_train_script(out, "--strategy", "asgd", "--delay", "1", "--clip", "0.5", "--accumulate", "2", "--scheduler",
+                     "--momentum", "0.9", "--epochs", "2", "--checkpoint-dir", str(ckpts))
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["pushed"] == summary["applied"] == 2 * 4  # 8 batches per rank and epoch, 2 per optimizer step
+    assert summary["lr"] == pytest.approx(0.1 * 0.5**2)
+    assert summary["predictions"] == 64 and summary["val_acc"] > 0.5
+    state = torch.load(ckpts / "epoch=1.ckpt", weights_only=True)["optimizer_states"][0]["state"]
+    assert state and all(s["momentum_buffer"].abs().sum() > 0 for s in state.values())
+    run_train_script(tmp_path / "resumed", "--strategy", "asgd", "--delay", "1", "--epochs", "3",
+                     "--resume", str(ckpts / "epoch=1.ckpt"))
+    assert set(load(tmp_path / "resumed" / "indices_rank0.pt")) == {2}
+
+
+def test_delay_longer_than_an_epoch_is_refused(tmp_path):
+    proc = run_train_script(tmp_path, "--strategy", "asgd", "--delay", "8", "--epochs", "1", check=False)
+    assert proc.returncode != 0 and "is not shorter than an epoch (8 optimizer steps)" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(delay=-1), "non-negative integer"),
+        (dict(delay=1.5), "non-negative integer"),
+        (dict(compensation="magic"), "unknown compensation"),
+        (dict(warmup_steps=-2), "warmup_steps"),
+    ],
+)
+def test_bad_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        AllReduceASGDStrategy(**kwargs)
+
+
+def test_unsupported_runs_fail_before_workers_start():
+    class Manual(ClassifierModule):
+        def __init__(self):
+            super().__init__(MLP(), optimizer=partial(torch.optim.SGD, lr=0.1))
+            self.automatic_optimization = False
+
+    data = SyntheticMNISTDataModule(num_train=64, num_val=8, num_test=8)
+    trainer = pl.Trainer(accelerator="cpu", devices=2, strategy=AllReduceASGDStrategy(), max_epochs=1, logger=False)
+    with pytest.raises(ValueError, match="automatic optimization"):
+        trainer.fit(Manual(), datamodule=data)
+    trainer = pl.Trainer(accelerator="cpu", devices=2, strategy=AllReduceASGDStrategy(), max_epochs=1, logger=False,
+                         callbacks=[pl.callbacks.ModelCheckpoint(every_n_train_steps=3)])
+    with pytest.raises(ValueError, match="every_n_train_steps"):
+        trainer.fit(ClassifierModule(MLP()), datamodule=data)
+
+
+def test_latency_needs_a_strategy_that_takes_it():
+    from lightning_hybrid.sim import HeterogeneitySimulator
+
+    sim = HeterogeneitySimulator(collective_latency_s=0.1)
+    sim.check_strategy(AllReduceASGDStrategy())
+    with pytest.raises(ValueError, match="strategy=allreduce_asgd"):
+        sim.check_strategy(pl.strategies.DDPStrategy())
