@@ -82,6 +82,11 @@ def time_to(curve: list[dict[str, float]], target: float) -> float:
     return next((e["elapsed_s"] for e in curve if e["val_acc"] >= target), math.inf)
 
 
+def seconds_per_epoch(curve: list[dict[str, float]]) -> float:
+    """Mean wall-clock seconds per epoch (training and the evaluation after it)."""
+    return curve[-1]["elapsed_s"] / len(curve) if curve else float("nan")
+
+
 def run(name: str, overrides: list[str], common: list[str], workdir: Path) -> dict:
     run_dir = workdir / name
     cmd = [sys.executable, "-m", "lightning_hybrid.cli", *common, *overrides, f"hydra.run.dir={run_dir}"]
@@ -123,22 +128,30 @@ def write_outputs(scenario: str, results: list[dict], target: float, out: Path, 
     except ImportError:
         print("matplotlib is not installed: no plot (pip install matplotlib)", file=sys.stderr)
     reference = time_to(results[0]["curve"], target)
+    ref_epoch_s = seconds_per_epoch(results[0]["curve"])
+    ref_final = results[0]["curve"][-1]["val_acc"] if results[0]["curve"] else float("nan")
+    name0 = results[0]["name"]
     lines = [
         f"### {scenario}",
         "",
         header,
         "",
-        f"| contender | time to {target:.0%} (s) | speed-up vs {results[0]['name']} | epochs to target | best acc | run wall (s) |",
-        "|---|---|---|---|---|---|",
+        f"| contender | time to {target:.0%} (s) | speed-up vs {name0} | epochs to target | s/epoch | throughput vs {name0} "
+        f"| final acc | gap to {name0} (points) | epochs run |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         t = time_to(r["curve"], target)
         epochs = next((e["epoch"] + 1 for e in r["curve"] if e["val_acc"] >= target), None)
-        best = max((e["val_acc"] for e in r["curve"]), default=float("nan"))
+        final = r["curve"][-1]["val_acc"] if r["curve"] else float("nan")
         reached = math.isfinite(t) and math.isfinite(reference)
         t_text = f"{t:.1f}" if math.isfinite(t) else "not reached"
         speedup = f"{reference / t:.2f}x" if reached else "-"
-        lines.append(f"| {r['name']} | {t_text} | {speedup} | {epochs or '-'} | {best:.4f} | {r['wall_s']:.0f} |")
+        epoch_s = seconds_per_epoch(r["curve"])
+        lines.append(
+            f"| {r['name']} | {t_text} | {speedup} | {epochs or '-'} | {epoch_s:.2f} | {ref_epoch_s / epoch_s:.2f}x "
+            f"| {final:.4f} | {100 * (final - ref_final):+.2f} | {len(r['curve'])} |"
+        )
     table = "\n".join(lines) + "\n"
     (out / f"time_to_accuracy_{scenario}.md").write_text(table)
     return table
@@ -151,7 +164,12 @@ def main() -> None:
     parser.add_argument("--max-epochs", type=int, default=16)
     parser.add_argument(
         "--batches-per-epoch", type=int, default=100,
-        help="limit_train_batches per worker: short epochs, so accuracy is measured often (SSP validates at epoch ends)",
+        help="limit_train_batches per worker: short epochs, so accuracy is measured often (SSP validates at epoch "
+        "ends); 0 for whole epochs",
+    )
+    parser.add_argument(
+        "--no-early-stop", action="store_true",
+        help="train every contender for --max-epochs (to compare accuracy at equal epochs)",
     )
     parser.add_argument("--devices", type=int, default=2)
     parser.add_argument("--contender", action="append", help="NAME:override,override (repeatable); first = reference")
@@ -164,9 +182,12 @@ def main() -> None:
     common = [
         *data, "model=lenet5", "data.batch_size=64", f"trainer.max_epochs={args.max_epochs}",
         f"trainer.devices={args.devices}", "trainer.accelerator=cpu", "trainer.enable_progress_bar=false",
-        "trainer.num_sanity_val_steps=0", "callbacks=[epoch_timer,early_stopping]", "callbacks.early_stopping.patience=100",
-        f"callbacks.early_stopping.stopping_threshold={args.target}", "test=false", "allow_cpu_oversubscription=true",
-        f"trainer.limit_train_batches={args.batches_per_epoch}",
+        "trainer.num_sanity_val_steps=0", "test=false", "allow_cpu_oversubscription=true",
+        *(["callbacks=[epoch_timer]"] if args.no_early_stop else [
+            "callbacks=[epoch_timer,early_stopping]", "callbacks.early_stopping.patience=100",
+            f"callbacks.early_stopping.stopping_threshold={args.target}",
+        ]),
+        *([f"trainer.limit_train_batches={args.batches_per_epoch}"] if args.batches_per_epoch else []),
         *split_overrides(args.extra),
     ]
     scenarios = [named(s) for s in (args.scenario or ["persistent:sim.slowdown=[1.0,4.0]", "transient:sim=stragglers"])]
@@ -178,7 +199,8 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="lh_tta_"))
     try:
         for scenario, sim in scenarios:
-            results = [run(f"{scenario}_{name}", overrides + sim, common, workdir) for name, overrides in contenders]
+            # a contender's own overrides come last, so that they can take something out of the scenario
+            results = [run(f"{scenario}_{name}", sim + overrides, common, workdir) for name, overrides in contenders]
             for r, (name, _) in zip(results, contenders):
                 r["name"] = name
             print(write_outputs(scenario, results, args.target, args.out, f"{header}; sim: `{' '.join(sim)}`"), flush=True)

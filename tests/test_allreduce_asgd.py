@@ -26,14 +26,16 @@ def load(path):
     return torch.load(path, weights_only=False)
 
 
-def reference(delay: int, compensation: str | None = None, dc_lambda: float = 0.04, warmup: int = 0) -> dict:
+def reference(
+    delay: int, compensation: str | None = None, dc_lambda: float = 0.04, warmup: int = 0, momentum: float = 0.0
+) -> dict:
     """One process, plain SGD, DDP's global batches: step t's mean gradient over the global batch,
     taken at the weights of step t, is applied (compensated) `delay` steps later; what is pending
     at the end of each epoch is applied in order (the strategy's sync point)."""
     pl.seed_everything(0)  # as tests/train_script.py: the same initial weights
     net = MLP(activation="relu")
     params = list(net.parameters())
-    optimizer = torch.optim.SGD(params, lr=LR)
+    optimizer = torch.optim.SGD(params, lr=LR, momentum=momentum)
     x, y = synthetic_classification(SAMPLES, (1, 28, 28), 10, seed=1)
     sampler = EpochSeededRandomSampler(range(SAMPLES), seed=0)
     pending: deque = deque()
@@ -76,16 +78,16 @@ def test_delay_zero_equals_ddp(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "delay, compensation, warmup",
-    [(1, None, 0), (2, None, 0), (2, "dc", 0), (1, None, 3)],
+    "delay, compensation, warmup, momentum",
+    [(1, None, 0, 0.0), (2, None, 0, 0.0), (2, "dc", 0, 0.0), (1, None, 3, 0.0), (1, "dc", 0, 0.9)],
 )
-def test_delayed_application_equals_the_reference(tmp_path, delay, compensation, warmup):
+def test_delayed_application_equals_the_reference(tmp_path, delay, compensation, warmup, momentum):
     args = ["--strategy", "asgd", "--delay", str(delay), "--warmup", str(warmup), "--dc-lambda", "0.5",
-            "--batch-size", "16", "--epochs", str(EPOCHS)]
+            "--batch-size", "16", "--epochs", str(EPOCHS), "--momentum", str(momentum)]
     if compensation:
         args += ["--compensation", compensation]
     run_train_script(tmp_path, *args)
-    check_against(tmp_path, reference(delay, compensation, dc_lambda=0.5, warmup=warmup))
+    check_against(tmp_path, reference(delay, compensation, dc_lambda=0.5, warmup=warmup, momentum=momentum))
     summary = json.loads((tmp_path / "summary.json").read_text())
     # 8 optimizer steps per epoch; every average is applied exactly once, the last ones at the drain
     assert summary["pushed"] == summary["applied"] == 8 * EPOCHS
