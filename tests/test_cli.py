@@ -66,6 +66,23 @@ def test_ssp_through_the_cli(tmp_path):
 
 
 @pytest.mark.multiprocess
+def test_allreduce_asgd_through_the_cli(tmp_path):
+    run_dir = tmp_path / "asgd"
+    run_cli(
+        *SMOKE, "strategy=allreduce_asgd", "strategy.delay=1", "strategy.compensation=dc", "trainer.devices=2",
+        "sim=slow_network", "sim.collective_latency_s=0.002", "allow_cpu_oversubscription=true",
+        f"hydra.run.dir={run_dir}", cwd=tmp_path,
+    )
+    metrics = read_metrics(run_dir)
+    assert {"asgd/compute_s", "asgd/wait_s", "val/acc", "test/acc"} <= set(metrics)
+
+
+def test_collective_latency_needs_allreduce_asgd(tmp_path):
+    proc = run_cli(*SMOKE, "sim=slow_network", f"hydra.run.dir={tmp_path / 'r'}", cwd=tmp_path, check=False)
+    assert proc.returncode != 0 and "strategy=allreduce_asgd" in proc.stderr
+
+
+@pytest.mark.multiprocess
 def test_multirun_sweep_with_ddp_runs_each_job_once(tmp_path):
     sweep = tmp_path / "sweep"
     proc = run_cli(
