@@ -123,6 +123,13 @@ def test_lightning_features(tmp_path):
     assert set(load(tmp_path / "resumed" / "indices_rank0.pt")) == {2}
 
 
+@pytest.mark.parametrize("strategy", [["--strategy", "asgd", "--delay", "1"], ["--strategy", "ssp", "--staleness", "2"]])
+def test_bf16_mixed_precision(tmp_path, strategy):
+    run_train_script(tmp_path, *strategy, "--precision", "bf16-mixed", "--epochs", "2")
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["val_acc"] > 0.9
+
+
 def test_delay_longer_than_an_epoch_is_refused(tmp_path):
     proc = run_train_script(tmp_path, "--strategy", "asgd", "--delay", "8", "--epochs", "1", check=False)
     assert proc.returncode != 0 and "is not shorter than an epoch (8 optimizer steps)" in proc.stderr

@@ -107,6 +107,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=0)
     parser.add_argument("--latency", type=float, default=0.0, help="sim collective_latency_s")
     parser.add_argument("--compute-sleep", type=float, default=0.0, help="seconds of simulated compute per step")
+    parser.add_argument("--precision", default="32-true")
     args = parser.parse_args()
 
     pl.seed_everything(0)
@@ -136,7 +137,7 @@ def main() -> None:
         accelerator="cpu", devices=args.devices, strategy=strategy, max_epochs=args.epochs, logger=False,
         enable_checkpointing=bool(args.checkpoint_dir), enable_progress_bar=False, enable_model_summary=False,
         callbacks=callbacks, num_sanity_val_steps=0, limit_val_batches=1, gradient_clip_val=args.clip,
-        accumulate_grad_batches=args.accumulate,
+        accumulate_grad_batches=args.accumulate, precision=args.precision,
     )
     data = IndexedData(args.batch_size, args.samples)
     trainer.fit(module, datamodule=data, ckpt_path=args.resume)
