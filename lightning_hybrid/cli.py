@@ -193,8 +193,34 @@ def _hydra_train(cfg: DictConfig) -> float | None:
     return metrics.get("test/acc", metrics.get("val/acc"))
 
 
+def data_command(argv: list[str]) -> None:
+    """``lightning-hybrid data synth-adni --out DIR --subjects N``: write synthetic data sets."""
+    import argparse
+
+    from lightning_hybrid.data.synth_adni import write_synthetic_adni
+
+    parser = argparse.ArgumentParser(prog="lightning-hybrid data", description="Write data sets.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    synth = commands.add_parser("synth-adni", help="synthetic ADNI-like NIfTI volumes and their CSV")
+    synth.add_argument("--out", required=True, help="folder to write images/ and adni.csv into")
+    synth.add_argument("--subjects", type=int, default=40)
+    synth.add_argument("--shape", type=int, nargs=3, default=(64, 76, 64), metavar=("D", "H", "W"))
+    synth.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    csv_path = write_synthetic_adni(args.out, subjects=args.subjects, shape=tuple(args.shape), seed=args.seed)
+    log.info("CSV: %s", csv_path)
+
+
+#: ``lightning-hybrid <name> ...`` runs these instead of training.
+SUBCOMMANDS = {"data": data_command}
+
+
 def main() -> None:
-    """Console entry point of ``lightning-hybrid``."""
+    """Console entry point of ``lightning-hybrid``: a subcommand, or training (Hydra overrides)."""
+    if len(sys.argv) > 1 and sys.argv[1] in SUBCOMMANDS:
+        SUBCOMMANDS[sys.argv[1]](sys.argv[2:])
+        return
     _hydra_train()
 
 
