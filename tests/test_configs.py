@@ -42,9 +42,20 @@ def test_every_group_has_options():
         assert options(group), f"configs/{group} is empty"
 
 
+@pytest.fixture(scope="module")
+def tiny_adni_csv(tmp_path_factory):
+    from lightning_hybrid.data.synth_adni import write_synthetic_adni
+
+    return write_synthetic_adni(tmp_path_factory.mktemp("adni"), subjects=4, shape=(16, 16, 16))
+
+
 @pytest.mark.parametrize("group, option", [(g, o) for g in GROUPS for o in options(g)])
-def test_option_composes_and_instantiates(tmp_path, group, option):
+def test_option_composes_and_instantiates(tmp_path, group, option, tiny_adni_csv):
     extra = ["trainer.devices=2"] if (group, option) in {("strategy", "ddp"), ("strategy", "ddp_spawn"), ("sim", "two_speeds")} else []
+    if (group, option) in {("data", "adni"), ("experiment", "akintoye2022_adni")}:
+        extra.append(f"data.csv_path={tiny_adni_csv}")  # users point it at their ADNI CSV
+    if (group, option) == ("data", "adni_synthetic"):
+        extra += ["data.subjects=4", "data.volume_shape=[16,16,16]"]
     cfg = compose_run(tmp_path, f"{group}={option}", *extra)
     if group != "experiment":  # experiments are `# @package _global_`: they change other groups
         assert group in cfg

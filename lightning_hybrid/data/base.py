@@ -57,6 +57,9 @@ class InMemoryDataModule(pl.LightningDataModule, ABC):
         if self.train_set is None:
             self.train_set, self.val_set, self.test_set = self.build()
 
+    #: Drop the last incomplete training batch (BatchNorm cannot train on a batch of one).
+    drop_last_train = False
+
     def _loader(self, dataset: Dataset | None, shuffle: bool) -> DataLoader:
         if dataset is None:
             raise RuntimeError(f"{type(self).__name__}.setup() must run before its dataloaders are requested")
@@ -65,6 +68,7 @@ class InMemoryDataModule(pl.LightningDataModule, ABC):
             dataset,
             batch_size=self.hparams.batch_size,
             sampler=EpochSeededRandomSampler(dataset, seed=self.hparams.get("seed", 0)) if shuffle else None,
+            drop_last=shuffle and self.drop_last_train,
             num_workers=workers,
             persistent_workers=workers > 0,
         )

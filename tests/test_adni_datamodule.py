@@ -1,0 +1,147 @@
+"""ADNIDataModule on small synthetic volumes: splits, preprocessing, bad input, learning, DDP."""
+
+from __future__ import annotations
+
+import csv
+import logging
+from functools import partial
+from pathlib import Path
+
+import nibabel as nib
+import numpy as np
+import pytest
+import pytorch_lightning as pl
+import torch
+
+from conftest import run_cli
+from lightning_hybrid import ClassifierModule
+from lightning_hybrid.data import ADNIDataModule, BadItemError
+from lightning_hybrid.data.synth_adni import write_synthetic_adni
+from lightning_hybrid.models import ResAttNet3D
+
+SMALL = dict(image_shape=(32, 32, 32), batch_size=4, cache=None, augment=False)
+
+
+@pytest.fixture(scope="module")
+def synth(tmp_path_factory) -> Path:
+    return write_synthetic_adni(tmp_path_factory.mktemp("synth"), subjects=24, shape=(40, 44, 40), seed=3, extra_scan_prob=0.5)
+
+
+def test_shapes_dtypes_and_subject_splits(synth):
+    dm = ADNIDataModule(synth, val_fraction=0.2, test_fraction=0.2, **SMALL)
+    dm.setup()
+    x, y = next(iter(dm.train_dataloader()))
+    assert x.shape == (4, 1, 32, 32, 32) and x.dtype == torch.float32 and y.dtype == torch.int64
+    assert set(y.tolist()) <= {0, 1}
+    subjects = {name: {s.subject for s in scans} for name, scans in dm.splits.items()}
+    assert not subjects["train"] & subjects["val"] and not subjects["train"] & subjects["test"]
+    assert not subjects["val"] & subjects["test"], "a subject's scans never fall in two splits"
+    for scans in dm.splits.values():  # 6 AD and 6 NC subjects: stratified, both classes everywhere
+        assert {s.label for s in scans} == {0, 1}
+    assert sum(len(v) for v in subjects.values()) == 12
+
+
+def test_kfold_covers_every_subject_once(synth):
+    tests = []
+    for fold in range(3):
+        dm = ADNIDataModule(synth, folds=3, fold=fold, val_fraction=0.2, **SMALL)
+        dm.setup()
+        tests.append({s.subject for s in dm.splits["test"]})
+    assert sum(len(t) for t in tests) == len(set().union(*tests)) == 12
+
+
+def test_pmci_task_and_spellings(tmp_path, synth):
+    rows = list(csv.DictReader(open(synth)))
+    spelled = tmp_path / "spelled.csv"
+    with open(spelled, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["PTID", "Image Path", "DX_bl"])
+        for r in rows:
+            writer.writerow([r["subject_id"], str(synth.parent / r["image"]), {"NC": "CN"}.get(r["diagnosis"], r["diagnosis"])])
+    dm = ADNIDataModule(spelled, task="pMCI_vs_sMCI", val_fraction=0.2, test_fraction=0.2, **SMALL)
+    dm.setup()
+    assert sum(len(v) for v in dm.splits.values()) == sum(r["diagnosis"] in ("sMCI", "pMCI") for r in rows)
+
+
+def bad_csv(tmp_path: Path, synth: Path, case: str) -> tuple[Path, str]:
+    rows = list(csv.DictReader(open(synth)))
+    good = synth.parent / rows[0]["image"]
+    bad = tmp_path / f"{case}.nii"
+    expected = str(bad)
+    if case == "corrupt":
+        bad.write_bytes(b"not a nifti file at all" * 20)
+    elif case == "truncated":
+        nib.save(nib.load(good), bad)
+        bad.write_bytes(bad.read_bytes()[:-5000])
+    elif case == "2d":
+        nib.save(nib.Nifti1Image(np.zeros((16, 16), np.float32), np.eye(4)), bad)
+    elif case == "4d":
+        nib.save(nib.Nifti1Image(np.zeros((8, 8, 8, 2), np.float32), np.eye(4)), bad)
+    elif case == "missing":
+        bad = tmp_path / "nowhere.nii.gz"
+        expected = str(bad)
+    diagnosis = "Martian" if case == "diagnosis" else "AD"
+    if case == "diagnosis":
+        bad, expected = good, "unknown diagnosis 'Martian'"
+    path = tmp_path / f"{case}.csv"
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["subject_id", "image", "diagnosis"])
+        for r in rows:
+            writer.writerow([r["subject_id"], str(synth.parent / r["image"]), r["diagnosis"]])
+        writer.writerow(["999_S_9999", str(bad), diagnosis])
+    return path, expected
+
+
+@pytest.mark.parametrize("case", ["corrupt", "truncated", "2d", "4d", "missing", "diagnosis"])
+def test_bad_items_error_or_skip(tmp_path, synth, case, caplog):
+    path, expected = bad_csv(tmp_path, synth, case)
+    with pytest.raises(BadItemError, match=expected.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
+        ADNIDataModule(path, **SMALL).setup()
+    dm = ADNIDataModule(path, on_bad_file="skip", **SMALL)
+    with caplog.at_level(logging.WARNING):
+        dm.setup()
+    assert len(dm.skipped) == 1 and "skipped 1 bad item" in caplog.text
+    assert sum(len(v) for v in dm.splits.values()) > 0
+
+
+def test_missing_column(tmp_path):
+    path = tmp_path / "cols.csv"
+    path.write_text("subject_id,image\nA,a.nii.gz\n")
+    with pytest.raises(BadItemError, match="no 'diagnosis' column"):
+        ADNIDataModule(path, **SMALL).setup()
+
+
+def test_bad_settings(synth):
+    with pytest.raises(ValueError, match="unknown task"):
+        ADNIDataModule(synth, task="AD_vs_cats")
+    with pytest.raises(ValueError, match="divisible by downsample"):
+        ADNIDataModule(synth, image_shape=(33, 32, 32), downsample=2)
+    with pytest.raises(FileNotFoundError, match="synth-adni"):
+        ADNIDataModule(synth.parent / "missing.csv")
+
+
+def test_training_beats_chance_on_held_out_subjects(tmp_path):
+    csv_path = write_synthetic_adni(tmp_path, subjects=64, shape=(40, 44, 40), seed=7, diagnoses=("AD", "NC"))
+    pl.seed_everything(0)
+    dm = ADNIDataModule(csv_path, image_shape=(32, 32, 32), batch_size=8, val_fraction=0.15, test_fraction=0.2,
+                        augment=True, cache="memory")
+    module = ClassifierModule(ResAttNet3D(depth=18, base_channels=8), optimizer=partial(torch.optim.Adam, lr=3e-4))
+    trainer = pl.Trainer(accelerator="cpu", max_epochs=15, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(module, datamodule=dm)
+    (result,) = trainer.test(module, datamodule=dm, verbose=False)
+    assert len(dm.splits["test"]) >= 12
+    assert result["test/acc"] > 0.75, result  # chance is 0.5
+
+
+@pytest.mark.multiprocess
+def test_two_process_ddp_with_the_model(tmp_path):
+    run_dir = tmp_path / "run"
+    run_cli(
+        "data=adni_synthetic", f"data.root={tmp_path / 'synth'}", "data.subjects=16", "data.volume_shape=[24,24,24]",
+        "data.image_shape=[16,16,16]", "data.batch_size=2", "model=resattnet3d_18", "model.base_channels=4",
+        "strategy=ddp", "trainer.devices=2", "trainer=debug", "allow_cpu_oversubscription=true",
+        f"hydra.run.dir={run_dir}", cwd=tmp_path,
+    )
+    assert (run_dir / "metrics.json").is_file() and (run_dir / "train_ddp_process_1.log").is_file()
