@@ -212,8 +212,14 @@ def data_command(argv: list[str]) -> None:
     log.info("CSV: %s", csv_path)
 
 
+def explain_command(argv: list[str]) -> None:
+    from lightning_hybrid.explain import explain_command as run
+
+    run(argv)
+
+
 #: ``lightning-hybrid <name> ...`` runs these instead of training.
-SUBCOMMANDS = {"data": data_command}
+SUBCOMMANDS = {"data": data_command, "explain": explain_command}
 
 
 def main() -> None:

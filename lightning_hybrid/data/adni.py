@@ -225,7 +225,7 @@ class ADNIDataModule(InMemoryDataModule):
         self.save_hyperparameters(logger=False)
         self.skipped: list[str] = []
 
-    def _transforms(self, train: bool) -> Any:
+    def _transforms(self, train: bool, keep_meta: bool = False) -> Any:
         from monai import transforms as T
 
         hp = self.hparams
@@ -245,7 +245,7 @@ class ADNIDataModule(InMemoryDataModule):
                 T.RandAffined(keys="image", prob=0.5, rotate_range=(0.05, 0.05, 0.05), scale_range=(0.05, 0.05, 0.05)),
                 T.RandGaussianNoised(keys="image", prob=0.2, std=0.05),
             ]
-        steps.append(T.EnsureTyped(keys="image", track_meta=False))
+        steps.append(T.EnsureTyped(keys="image", track_meta=keep_meta))
         return T.Compose(steps)
 
     def _dataset(self, scans: Sequence[Scan], train: bool) -> Dataset:
