@@ -145,3 +145,15 @@ def test_two_process_ddp_with_the_model(tmp_path):
         f"hydra.run.dir={run_dir}", cwd=tmp_path,
     )
     assert (run_dir / "metrics.json").is_file() and (run_dir / "train_ddp_process_1.log").is_file()
+
+
+def test_disk_cache_decodes_each_volume_once(synth, tmp_path):
+    cache_dir = tmp_path / "cache"
+    dm = ADNIDataModule(synth, image_shape=(32, 32, 32), batch_size=4, augment=False, cache="disk", cache_dir=cache_dir)
+    dm.setup()
+    first = [x.clone() for x, _ in dm.train_dataloader()]
+    assert len(list(cache_dir.glob("*.pt"))) == len(dm.splits["train"])  # one preprocessed file per training scan
+    dm2 = ADNIDataModule(synth, image_shape=(32, 32, 32), batch_size=4, augment=False, cache="disk", cache_dir=cache_dir)
+    dm2.setup()
+    again = [x for x, _ in dm2.train_dataloader()]
+    assert all(torch.equal(a, b) for a, b in zip(first, again))
