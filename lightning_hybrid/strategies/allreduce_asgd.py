@@ -13,14 +13,12 @@ import pytorch_lightning as pl
 import torch
 import torch.distributed as dist
 from lightning_fabric.strategies import _StrategyRegistry
-from pytorch_lightning.callbacks import Callback
-from pytorch_lightning.strategies import DDPStrategy
 from pytorch_lightning.trainer.states import TrainerFn
 
 from lightning_hybrid.comm.delayed_allreduce import DelayedAllReduce, validate
 from lightning_hybrid.strategies.common import (
-    CheckingLauncher,
     ReplacedStep,
+    UnwrappedDDPStrategy,
     refuse_grad_scaler,
     refuse_manual_optimization,
     refuse_mid_epoch_checkpoints,
@@ -28,28 +26,7 @@ from lightning_hybrid.strategies.common import (
 )
 
 
-class _DrainPoints(Callback):
-    """Applies the pending averages where Lightning reads or saves the model: before validation,
-    at the end of each training epoch (before checkpoints are written) and at the end of fitting."""
-
-    def __init__(self, strategy: AllReduceASGDStrategy) -> None:
-        self.strategy = strategy
-
-    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.strategy._check_epoch_length(trainer)
-
-    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if trainer.state.fn == TrainerFn.FITTING and not trainer.sanity_checking:
-            self.strategy.drain()
-
-    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.strategy.drain()
-
-    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.strategy.drain()
-
-
-class AllReduceASGDStrategy(DDPStrategy):
+class AllReduceASGDStrategy(UnwrappedDDPStrategy):
     """Data parallelism whose gradient all-reduce runs in the background and is applied ``delay`` steps later.
 
     Each optimizer step computes this rank's gradients, starts their bucketed all-reduce with
@@ -105,13 +82,7 @@ class AllReduceASGDStrategy(DDPStrategy):
         process_group_backend: str | None = None,
     ) -> None:
         super().__init__(
-            accelerator=accelerator,
-            parallel_devices=parallel_devices,
-            cluster_environment=cluster_environment,
-            checkpoint_io=checkpoint_io,
-            precision_plugin=precision_plugin,
-            process_group_backend=process_group_backend,
-            start_method="popen",
+            accelerator, parallel_devices, cluster_environment, checkpoint_io, precision_plugin, process_group_backend
         )
         validate(delay, compensation, dc_lambda, bucket_size_mb)
         if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
@@ -125,24 +96,20 @@ class AllReduceASGDStrategy(DDPStrategy):
         self.collective_latency_s = 0.0
         self.exchange: DelayedAllReduce | None = None
         self._group: dist.ProcessGroup | None = None
-        self._drain_callback: _DrainPoints | None = None
         self._steps = 0
         #: Averages started (one per optimizer step) and applied, over the whole fit.
         self.pushed = 0
         self.applied = 0
 
     # ------------------------------------------------------------------ checks
-    def _configure_launcher(self) -> None:
-        assert self.cluster_environment is not None
-        self._launcher = CheckingLauncher(self, self.cluster_environment, self.num_processes, self.num_nodes)
-
     def check_trainer(self, trainer: pl.Trainer, model: pl.LightningModule | None) -> None:
         """Refuse what the strategy cannot run (called before the other processes start)."""
         refuse_manual_optimization("AllReduceASGDStrategy", model, "it replaces the optimizer step")
         refuse_mid_epoch_checkpoints("AllReduceASGDStrategy", trainer)
         refuse_grad_scaler("AllReduceASGDStrategy", self.precision_plugin)
 
-    def _check_epoch_length(self, trainer: pl.Trainer) -> None:
+    def on_sync_start(self, trainer: pl.Trainer) -> None:
+        """Refuse a delay that an epoch cannot fill (its length is known only now)."""
         steps = trainer.num_training_batches / max(trainer.accumulate_grad_batches, 1)
         if self.delay >= steps:
             raise ValueError(
@@ -157,12 +124,6 @@ class AllReduceASGDStrategy(DDPStrategy):
         self.collective_latency_s = float(seconds)
 
     # ------------------------------------------------------------------ setup
-    def _setup_model(self, model: torch.nn.Module) -> torch.nn.Module:
-        return model  # no DDP wrapper: the exchange is ours
-
-    def _register_ddp_hooks(self) -> None:
-        """No DDP wrapper, hence no DDP communication hooks to register."""
-
     def setup(self, trainer: pl.Trainer) -> None:
         super().setup(trainer)
         if trainer.state.fn != TrainerFn.FITTING:
@@ -180,8 +141,7 @@ class AllReduceASGDStrategy(DDPStrategy):
             dc_lambda=self.dc_lambda, latency_s=self.collective_latency_s,
         )
         self._steps = self.pushed = self.applied = 0
-        self._drain_callback = _DrainPoints(self)
-        trainer.callbacks.insert(0, self._drain_callback)
+        self.attach_sync_points(trainer)
 
     # ------------------------------------------------------------------ the step
     def optimizer_step(self, optimizer: Any, closure: Callable[[], Any], model: Any = None, **kwargs: Any) -> Any:
@@ -215,7 +175,7 @@ class AllReduceASGDStrategy(DDPStrategy):
         module.log("asgd/compute_s", self._compute_s, on_step=True, on_epoch=False)
         module.log("asgd/wait_s", exchange.wait_s - waited, on_step=True, on_epoch=False)
 
-    def drain(self) -> None:
+    def sync_point(self) -> None:
         """Apply every pending average, oldest first (all ranks call this at the same point)."""
         if self.exchange is None:
             return
@@ -225,15 +185,13 @@ class AllReduceASGDStrategy(DDPStrategy):
             self.applied += 1
         optimizer.zero_grad()
 
+    def on_sync_end(self) -> None:
+        self.sync_point()
+
     def teardown(self) -> None:
         if self.exchange is not None:
             self.exchange.close()
             self.exchange = None
-        if self._drain_callback is not None and self.lightning_module is not None and self.lightning_module._trainer:
-            callbacks = self.lightning_module.trainer.callbacks
-            if self._drain_callback in callbacks:
-                callbacks.remove(self._drain_callback)
-        self._drain_callback = None
         super().teardown()
 
     @classmethod

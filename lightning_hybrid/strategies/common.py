@@ -7,9 +7,35 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
-from pytorch_lightning.callbacks import ModelCheckpoint
+from pytorch_lightning.callbacks import Callback, ModelCheckpoint
+from pytorch_lightning.strategies import DDPStrategy
 from pytorch_lightning.strategies.launchers import _SubprocessScriptLauncher
 from pytorch_lightning.trainer.states import TrainerFn
+
+
+class SyncPoints(Callback):
+    """Calls a strategy at the points where Lightning reads, saves or reduces the model:
+    ``strategy.on_sync_start(trainer)`` when training starts, ``strategy.sync_point()`` before
+    validation during fitting and at the end of each training epoch (before checkpoints are
+    written), then ``strategy.after_epoch_sync(pl_module)``, and ``strategy.on_sync_end()`` when
+    fitting ends. Strategies whose ranks drift apart or hold pending work settle it in ``sync_point``."""
+
+    def __init__(self, strategy: Any) -> None:
+        self.strategy = strategy
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.strategy.on_sync_start(trainer)
+
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.state.fn == TrainerFn.FITTING and not trainer.sanity_checking:
+            self.strategy.sync_point()
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.strategy.sync_point()
+        self.strategy.after_epoch_sync(pl_module)
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.strategy.on_sync_end()
 
 
 class CheckingLauncher(_SubprocessScriptLauncher):
@@ -69,3 +95,70 @@ class ReplacedStep:
 def unwrap_optimizer(optimizer: Any) -> torch.optim.Optimizer:
     """The torch optimizer inside a LightningOptimizer (or the optimizer itself)."""
     return getattr(optimizer, "_optimizer", optimizer)
+
+
+class UnwrappedDDPStrategy(DDPStrategy):
+    """DDP's process management (launcher, process group, distributed samplers, collectives) with
+    the model left unwrapped: the subclass exchanges gradients its own way.
+
+    Subclasses implement :meth:`check_trainer` (called before the other processes start) and the
+    :class:`SyncPoints` hooks, and call :meth:`attach_sync_points` when fitting is set up.
+    """
+
+    def __init__(
+        self,
+        accelerator: Any = None,
+        parallel_devices: list[torch.device] | None = None,
+        cluster_environment: Any = None,
+        checkpoint_io: Any = None,
+        precision_plugin: Any = None,
+        process_group_backend: str | None = None,
+    ) -> None:
+        super().__init__(
+            accelerator=accelerator,
+            parallel_devices=parallel_devices,
+            cluster_environment=cluster_environment,
+            checkpoint_io=checkpoint_io,
+            precision_plugin=precision_plugin,
+            process_group_backend=process_group_backend,
+            start_method="popen",
+        )
+        self._own_callback: Callback | None = None
+
+    def check_trainer(self, trainer: pl.Trainer, model: pl.LightningModule | None) -> None:
+        """Raise a ValueError for a run this strategy cannot do."""
+
+    def _configure_launcher(self) -> None:
+        assert self.cluster_environment is not None
+        self._launcher = CheckingLauncher(self, self.cluster_environment, self.num_processes, self.num_nodes)
+
+    def _setup_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        return model  # no DDP wrapper
+
+    def _register_ddp_hooks(self) -> None:
+        """No DDP wrapper, hence no DDP communication hooks to register."""
+
+    def attach_sync_points(self, trainer: pl.Trainer) -> None:
+        """Call this strategy's sync hooks during this fit, before the user's callbacks."""
+        self._own_callback = SyncPoints(self)
+        trainer.callbacks.insert(0, self._own_callback)
+
+    def on_sync_start(self, trainer: pl.Trainer) -> None:
+        """Training starts."""
+
+    def sync_point(self) -> None:
+        """Before validation and at each training epoch's end."""
+
+    def after_epoch_sync(self, pl_module: pl.LightningModule) -> None:
+        """After the epoch's sync."""
+
+    def on_sync_end(self) -> None:
+        """Fitting ends."""
+
+    def teardown(self) -> None:
+        module = self.lightning_module
+        if self._own_callback is not None and module is not None and module._trainer is not None:
+            if self._own_callback in module.trainer.callbacks:
+                module.trainer.callbacks.remove(self._own_callback)
+        self._own_callback = None
+        super().teardown()

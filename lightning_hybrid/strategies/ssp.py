@@ -25,8 +25,6 @@ import pytorch_lightning as pl
 import torch
 import torch.distributed as dist
 from lightning_fabric.strategies import _StrategyRegistry
-from pytorch_lightning.callbacks import Callback
-from pytorch_lightning.strategies import DDPStrategy
 from pytorch_lightning.trainer.states import RunningStage, TrainerFn
 from pytorch_lightning.utilities.data import _update_dataloader
 from pytorch_lightning.utilities.exceptions import SIGTERMException
@@ -37,8 +35,8 @@ from lightning_hybrid.comm.channel import open_channel
 from lightning_hybrid.comm.sync_controller import validate_staleness
 from lightning_hybrid.comm.worker_client import DatasetShape, ParameterServerClient
 from lightning_hybrid.strategies.common import (
-    CheckingLauncher,
     ReplacedStep,
+    UnwrappedDDPStrategy,
     refuse_grad_scaler,
     refuse_manual_optimization,
     refuse_mid_epoch_checkpoints,
@@ -85,28 +83,7 @@ class WorkerEpochStats:
     samples_per_s: float = 0.0
 
 
-class _SyncPoints(Callback):
-    """Puts the strategy's global synchronizations where Lightning runs its collectives."""
-
-    def __init__(self, strategy: SSPStrategy) -> None:
-        self.strategy = strategy
-
-    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.strategy._start_session(trainer)
-
-    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if trainer.state.fn == TrainerFn.FITTING and not trainer.sanity_checking:
-            self.strategy.global_sync()
-
-    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.strategy.global_sync()
-        self.strategy._log_epoch_stats(pl_module)
-
-    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.strategy._end_session()
-
-
-class SSPStrategy(DDPStrategy):
+class SSPStrategy(UnwrappedDDPStrategy):
     """Stale-synchronous or delay-synchronous data parallelism with a parameter server.
 
     One worker process per device trains on batches the server hands out; after each optimizer
@@ -166,13 +143,7 @@ class SSPStrategy(DDPStrategy):
         process_group_backend: str | None = None,
     ) -> None:
         super().__init__(
-            accelerator=accelerator,
-            parallel_devices=parallel_devices,
-            cluster_environment=cluster_environment,
-            checkpoint_io=checkpoint_io,
-            precision_plugin=precision_plugin,
-            process_group_backend=process_group_backend,
-            start_method="popen",
+            accelerator, parallel_devices, cluster_environment, checkpoint_io, precision_plugin, process_group_backend
         )
         self.staleness = validate_staleness(staleness, sync)
         self.sync = sync
@@ -184,7 +155,6 @@ class SSPStrategy(DDPStrategy):
         #: Seconds this worker has spent blocked on the server (the simulator does not stretch them).
         self.communication_wait_s = 0.0
         self._server: subprocess.Popen | None = None
-        self._sync_callback: _SyncPoints | None = None
         self._params: list[torch.Tensor] = []
         self._flat: torch.Tensor | None = None
         self.dataset_shape: DatasetShape | None = None
@@ -201,10 +171,6 @@ class SSPStrategy(DDPStrategy):
     @property
     def num_workers(self) -> int:
         return self.num_nodes * self.num_processes
-
-    def _configure_launcher(self) -> None:
-        assert self.cluster_environment is not None
-        self._launcher = CheckingLauncher(self, self.cluster_environment, self.num_processes, self.num_nodes)
 
     def check_trainer(self, trainer: pl.Trainer, model: pl.LightningModule | None) -> None:
         """Refuse what SSP cannot run, with what to do instead (called before workers start)."""
@@ -233,12 +199,6 @@ class SSPStrategy(DDPStrategy):
         refuse_grad_scaler("SSPStrategy", self.precision_plugin)
 
     # ------------------------------------------------------------------ model and optimizer
-    def _setup_model(self, model: torch.nn.Module) -> torch.nn.Module:
-        return model  # no DDP wrapper: gradients go to the parameter server
-
-    def _register_ddp_hooks(self) -> None:
-        """No DDP wrapper, hence no DDP communication hooks to register."""
-
     def setup(self, trainer: pl.Trainer) -> None:
         super().setup(trainer)
         if trainer.state.fn != TrainerFn.FITTING:
@@ -249,8 +209,7 @@ class SSPStrategy(DDPStrategy):
         self._params = [p for group in self.optimizers[0].param_groups for p in group["params"]]
         self._flat = torch.empty(sum(p.numel() for p in self._params), dtype=torch.float32)
         self._open_server_channel()
-        self._sync_callback = _SyncPoints(self)
-        trainer.callbacks.insert(0, self._sync_callback)
+        self.attach_sync_points(trainer)
         self._make_sigterm_check_local(trainer)
         # The server decides how many batches each worker gets; an integer limit_train_batches caps the
         # epoch's total (limit x workers) there. Lightning must see the epoch as of unknown length, so
@@ -318,7 +277,7 @@ class SSPStrategy(DDPStrategy):
         self._data_epoch_over = chunk is None
         return chunk
 
-    def _start_session(self, trainer: pl.Trainer) -> None:
+    def on_sync_start(self, trainer: pl.Trainer) -> None:
         if self.global_rank == 0:
             self.client.init(self.optimizers[0])
         super().barrier("ssp-init")
@@ -376,7 +335,7 @@ class SSPStrategy(DDPStrategy):
         self._reset_epoch_stats()
         self._async = True
 
-    def global_sync(self) -> None:
+    def sync_point(self) -> None:
         """End of this worker's epoch: wait for all workers, take the server's parameters (idempotent)."""
         if not self._async or self.client is None:
             return
@@ -401,7 +360,8 @@ class SSPStrategy(DDPStrategy):
                 remote.update({key: value for key, value in local.items() if key != "params"})
             optimizer.load_state_dict(state)
 
-    def _log_epoch_stats(self, pl_module: pl.LightningModule) -> None:
+    def after_epoch_sync(self, pl_module: pl.LightningModule) -> None:
+        """Gather every worker's figures of the epoch; log them as ``ssp/worker{rank}/...``."""
         e = self._epoch
         mine = WorkerEpochStats(
             iterations=int(e["iterations"]), samples=int(e["samples"]),
@@ -421,10 +381,10 @@ class SSPStrategy(DDPStrategy):
                 pl_module.log(f"ssp/worker{rank}/{name}", float(value), on_step=False, on_epoch=True, sync_dist=True)
         pl_module.log("ssp/max_gap", float(max(s.max_gap for s in epoch_stats)), on_step=False, on_epoch=True, sync_dist=True)
 
-    def _end_session(self) -> None:
+    def on_sync_end(self) -> None:
         if self.client is None:
             return
-        self.global_sync()
+        self.sync_point()
         super().barrier("ssp-end")
         if self.global_rank == 0:
             self.client.shutdown()
@@ -457,12 +417,8 @@ class SSPStrategy(DDPStrategy):
             super().barrier(name)
 
     def teardown(self) -> None:
-        if self._sync_callback is not None and self.lightning_module is not None and self.lightning_module._trainer:
-            trainer = self.lightning_module.trainer
-            if self._sync_callback in trainer.callbacks:
-                trainer.callbacks.remove(self._sync_callback)
-            trainer.limit_train_batches = self._limit_train_batches
-        self._sync_callback = None
+        if self._own_callback is not None and self.lightning_module is not None and self.lightning_module._trainer:
+            self.lightning_module.trainer.limit_train_batches = self._limit_train_batches
         if self._server is not None and self._server.poll() is None:
             self._server.terminate()
             self._stop_server()
