@@ -43,10 +43,9 @@ class PullInfo:
 class ParameterServerClient:
     """Requests from worker ``worker`` (of the Lightning world) to the server over the side channel."""
 
-    def __init__(self, pg, worker: int, num_params: int | None = None) -> None:
+    def __init__(self, pg, worker: int) -> None:
         self.pg = pg
         self.worker = worker
-        self.num_params = num_params
         self._header = torch.zeros(HEADER_LEN, dtype=torch.int64)
 
     def _request(self, op: Op, fields: Sequence[int] = (), payloads: Sequence[torch.Tensor] = ()) -> list[int]:
@@ -72,8 +71,7 @@ class ParameterServerClient:
     def init(self, optimizer: torch.optim.Optimizer) -> int:
         """Send the optimizer with its parameters and state (worker 0 only); return the parameter count."""
         data = channel.to_bytes({"optimizer": optimizer})
-        self.num_params = self._request(Op.INIT, [data.numel()], [data])[1]
-        return self.num_params
+        return self._request(Op.INIT, [data.numel()], [data])[1]
 
     def next_chunk(self, epoch: int, dataset: DatasetShape) -> torch.Tensor | None:
         """The next sample indices to train on this epoch, or None when the epoch is done."""

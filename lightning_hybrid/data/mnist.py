@@ -129,7 +129,7 @@ class MNISTDataModule(InMemoryDataModule):
         if not self.hparams.download:
             raise self._not_found("download=False")
         existing = self.root / "MNIST" / "raw" if (self.root / "MNIST" / "raw").is_dir() else self.root
-        for name, md5 in MNIST_FILES.items():
+        for name in MNIST_FILES:
             if (existing / name).is_file():
                 continue
             try:
