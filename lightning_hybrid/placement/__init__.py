@@ -1,0 +1,16 @@
+"""Placing a model's blocks on heterogeneous devices as pipeline stages (paper 003's GABRA and others).
+
+Algorithms only, no Lightning: :func:`plan` takes :class:`Block` costs (from
+:func:`profile_blocks`) and :class:`Device` descriptions and returns a :class:`Placement`.
+"""
+
+from lightning_hybrid.placement.cost import profile_blocks
+from lightning_hybrid.placement.devices import devices_from_config, probe_speed
+from lightning_hybrid.placement.gabra import GABRA
+from lightning_hybrid.placement.plan import METHODS, compare, format_comparison, plan
+from lightning_hybrid.placement.problem import Block, Device, InfeasiblePlacementError, Placement, Problem, Stage
+
+__all__ = [
+    "GABRA", "METHODS", "Block", "Device", "InfeasiblePlacementError", "Placement", "Problem", "Stage",
+    "compare", "devices_from_config", "format_comparison", "plan", "probe_speed", "profile_blocks",
+]
