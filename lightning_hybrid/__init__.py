@@ -1,8 +1,8 @@
 """lightning-hybrid: PyTorch Lightning strategies for distributed training on heterogeneous hardware."""
 
 from lightning_hybrid.classifier import ClassifierModule
-from lightning_hybrid.strategies import AllReduceASGDStrategy, SSPStrategy
+from lightning_hybrid.strategies import AllReduceASGDStrategy, HybridParallelStrategy, SSPStrategy
 
 __version__ = "0.1.0"
 
-__all__ = ["AllReduceASGDStrategy", "ClassifierModule", "SSPStrategy", "__version__"]
+__all__ = ["AllReduceASGDStrategy", "ClassifierModule", "HybridParallelStrategy", "SSPStrategy", "__version__"]

@@ -99,6 +99,24 @@ class ClassifierModule(pl.LightningModule):
         x = batch[0] if isinstance(batch, (list, tuple)) else batch
         return self(x).argmax(dim=1)
 
+    # ------------------------------------------------------------------ pipelining (HybridParallelStrategy)
+    def pipeline_blocks(self) -> nn.Sequential:
+        """The network's blocks, for pipeline parallelism (``net`` must be an ``nn.Sequential``)."""
+        if not isinstance(self.net, nn.Sequential):
+            raise TypeError(
+                f"{type(self.net).__name__} is not an nn.Sequential of blocks, so it cannot be cut into pipeline "
+                "stages; build the network as an nn.Sequential (as LeNet5, MLP and ResAttNet3D are)"
+            )
+        return self.net
+
+    def pipeline_loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(output, target)
+
+    def on_pipeline_step(self, output: torch.Tensor, target: torch.Tensor, loss: torch.Tensor) -> None:
+        self.train_acc(output, target)
+        self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True)
+        self.log("train/acc", self.train_acc, on_step=False, on_epoch=True, prog_bar=True)
+
     def configure_optimizers(self) -> Any:
         factory = self.optimizer_factory or (lambda params: torch.optim.SGD(params, lr=0.01))
         optimizer = factory(self.parameters())

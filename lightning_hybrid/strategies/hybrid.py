@@ -1,0 +1,536 @@
+"""HybridParallelStrategy: pipeline model parallelism whose stages a placement method puts on
+heterogeneous devices, times data parallelism over pipeline replicas (paper 003).
+
+Lightning glue: the placement algorithms are :mod:`lightning_hybrid.placement`, the rank layout and
+stage modules :mod:`lightning_hybrid.pipeline`, the schedules torch.distributed.pipelining's.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+import torch.distributed as dist
+from lightning_fabric.strategies import _StrategyRegistry
+from pytorch_lightning.trainer.states import TrainerFn
+from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+
+from lightning_hybrid.comm.delayed_allreduce import DelayedAllReduce
+from lightning_hybrid.pipeline import Mesh, StageModule, pipeline_blocks, pipeline_inputs
+from lightning_hybrid.placement import (
+    METHODS, Device, Placement, devices_from_config, plan, probe_speed, profile_blocks,
+)
+from lightning_hybrid.placement.problem import Problem
+from lightning_hybrid.strategies.common import (
+    ReplacedStep,
+    UnwrappedDDPStrategy,
+    refuse_grad_scaler,
+    refuse_manual_optimization,
+    refuse_mid_epoch_checkpoints,
+    unwrap_optimizer,
+)
+
+log = logging.getLogger(__name__)
+
+SCHEDULES = {"1F1B": Schedule1F1B, "GPipe": ScheduleGPipe}
+
+
+class HybridParallelStrategy(UnwrappedDDPStrategy):
+    """Pipeline parallelism x data parallelism, with the stages placed on devices by GABRA (or another method).
+
+    The LightningModule's block sequence (``pipeline_blocks()``, see
+    :mod:`lightning_hybrid.pipeline.protocol`) is cut into ``pipeline_stages`` contiguous stages by
+    :func:`lightning_hybrid.placement.plan`, which also decides which device (rank of a replica)
+    runs which stage. Each training batch is split into ``micro_batches`` and run through the stages
+    by a torch.distributed.pipelining schedule (``"1F1B"`` or ``"GPipe"``). ``data_parallel``
+    replicas of the pipeline train on different shards of the data and average their gradients
+    after each step (``gradient_sync="sync"``), or apply the average ``delay`` steps later
+    (``"delayed"``: the delayed all-reduce of :class:`~lightning_hybrid.AllReduceASGDStrategy`).
+    Rank ``r`` is position ``r % pipeline_stages`` of replica ``r // pipeline_stages``.
+
+    Devices: ``devices`` describes the ``pipeline_stages`` positions (speed, memory, bandwidth;
+    a number is a speed), or ``None`` to measure each position's speed with a short probe (under
+    ``sim.slowdown`` the probe and the stage's compute are slowed alike). Block costs are profiled
+    on the first batch (one micro-batch of it) unless ``input_shape`` is given.
+
+    Checkpoints hold the full model and optimizer state (every stage's blocks are gathered before
+    saving), so they load into a single-device model. Validation, test and predict run through the
+    pipeline (the module's ``forward`` calls the block sequence, which the strategy routes through
+    the stages), and every rank gets the output.
+
+    Args:
+        pipeline_stages: stages per pipeline (devices per replica).
+        data_parallel: pipeline replicas; ``trainer.devices * num_nodes`` must equal
+            ``pipeline_stages * data_parallel``.
+        placement: ``"gabra"``, ``"exact"``, ``"uniform"``, ``"parameters"``, ``"time"`` (see
+            :func:`~lightning_hybrid.placement.plan`), or explicit stage sizes, e.g. ``[5, 7]``
+            (blocks per stage, on positions 0, 1, ...).
+        schedule: ``"1F1B"`` or ``"GPipe"``.
+        micro_batches: micro-batches per batch (a batch not divisible by it uses the largest divisor below).
+        devices: per-position device descriptions, or ``None`` to probe.
+        objective: GABRA's ``"bottleneck"`` or ``"paper"``.
+        placement_options: further GABRA options (``population``, ``t_max``, ...).
+        seed: GABRA's seed.
+        gradient_sync: ``"sync"`` or ``"delayed"`` (across replicas).
+        delay: steps of delay for ``"delayed"``.
+        input_shape: shape of one sample (e.g. ``[1, 28, 28]``) for profiling before the first batch.
+        process_group_backend: ``None`` (gloo on CPU, nccl on GPU) or a backend name.
+
+    Example::
+
+        >>> import pytorch_lightning as pl
+        >>> from lightning_hybrid import HybridParallelStrategy
+        >>> strategy = HybridParallelStrategy(pipeline_stages=2, data_parallel=2, micro_batches=4,
+        ...                                   devices=[1.0, 2.0], placement="gabra")
+        >>> trainer = pl.Trainer(accelerator="cpu", devices=4, strategy=strategy)
+        >>> # or pl.Trainer(strategy="hybrid", devices=2)
+    """
+
+    strategy_name = "hybrid"
+
+    def __init__(
+        self,
+        pipeline_stages: int = 2,
+        data_parallel: int = 1,
+        placement: str | Sequence[int] = "gabra",
+        schedule: str = "1F1B",
+        micro_batches: int = 4,
+        devices: Sequence[Any] | None = None,
+        objective: str = "bottleneck",
+        placement_options: dict | None = None,
+        seed: int = 0,
+        gradient_sync: str = "sync",
+        delay: int = 1,
+        input_shape: Sequence[int] | None = None,
+        accelerator: Any = None,
+        parallel_devices: list[torch.device] | None = None,
+        cluster_environment: Any = None,
+        checkpoint_io: Any = None,
+        precision_plugin: Any = None,
+        process_group_backend: str | None = None,
+    ) -> None:
+        super().__init__(
+            accelerator, parallel_devices, cluster_environment, checkpoint_io, precision_plugin, process_group_backend
+        )
+        for name, value in (("pipeline_stages", pipeline_stages), ("data_parallel", data_parallel),
+                            ("micro_batches", micro_batches)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if isinstance(placement, str):
+            if placement not in METHODS:
+                raise ValueError(f"placement must be one of {', '.join(METHODS)} or a list of stage sizes, got {placement!r}")
+        else:
+            placement = [int(size) for size in placement]
+            if len(placement) != pipeline_stages or min(placement) < 1:
+                raise ValueError(
+                    f"placement as stage sizes needs {pipeline_stages} positive block counts, got {placement}"
+                )
+        if schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
+        if gradient_sync not in ("sync", "delayed"):
+            raise ValueError(f"gradient_sync must be 'sync' or 'delayed', got {gradient_sync!r}")
+        if isinstance(delay, bool) or not isinstance(delay, int) or delay < 0:
+            raise ValueError(f"delay must be a non-negative integer, got {delay!r}")
+        self.device_specs = None if devices is None else devices_from_config(list(devices))
+        if self.device_specs is not None and len(self.device_specs) != pipeline_stages:
+            raise ValueError(
+                f"devices describes {len(self.device_specs)} devices but pipeline_stages={pipeline_stages}; "
+                "give one description per pipeline position"
+            )
+        self.pipeline_stages = pipeline_stages
+        self.data_parallel = data_parallel
+        self.placement_method = placement
+        self.schedule_name = schedule
+        self.micro_batches = micro_batches
+        self.objective = objective
+        self.placement_options = dict(placement_options or {})
+        self.seed = seed
+        self.gradient_sync = gradient_sync
+        self.delay = delay
+        self.input_shape = None if input_shape is None else [int(s) for s in input_shape]
+        #: Set by lightning_hybrid.sim: this rank's compute is slowed by this factor.
+        self.compute_slowdown = 1.0
+        #: The placement in use (the same on every rank), once planned.
+        self.placement: Placement | None = None
+        self.mesh: Mesh | None = None
+        self.stage_module: StageModule | None = None
+        self.exchange: DelayedAllReduce | None = None
+        self._schedules: dict[tuple[int, bool], Any] = {}
+        self._pp_group: dist.ProcessGroup | None = None
+        self._dp_group: dist.ProcessGroup | None = None
+        self._accumulate = 1
+        self._step_grads: list[torch.Tensor | None] = []
+
+    # ------------------------------------------------------------------ checks (before processes start)
+    def check_trainer(self, trainer: pl.Trainer, model: pl.LightningModule | None) -> None:
+        """Refuse what the strategy cannot run."""
+        Mesh.check(self.pipeline_stages, self.data_parallel, self.num_processes * self.num_nodes)
+        refuse_manual_optimization("HybridParallelStrategy", model, "the pipeline schedule runs backward")
+        refuse_mid_epoch_checkpoints("HybridParallelStrategy", trainer)
+        refuse_grad_scaler("HybridParallelStrategy", self.precision_plugin)
+        if model is None:
+            return
+        blocks = pipeline_blocks(model)
+        if len(blocks) < self.pipeline_stages:
+            names = ", ".join(name for name, _ in blocks.named_children())
+            raise ValueError(
+                f"pipeline_stages={self.pipeline_stages} but the model has only {len(blocks)} blocks ({names}); "
+                f"use at most {len(blocks)} stages"
+            )
+        if not isinstance(self.placement_method, str) and sum(self.placement_method) != len(blocks):
+            raise ValueError(
+                f"placement stage sizes {self.placement_method} add up to {sum(self.placement_method)} blocks, "
+                f"the model has {len(blocks)}"
+            )
+        if self.input_shape is not None and self.device_specs is not None:
+            self._plan(model, torch.zeros(self._micro_batch_size_hint(trainer), *self.input_shape), self.device_specs)
+
+    def _micro_batch_size_hint(self, trainer: pl.Trainer) -> int:
+        datamodule = trainer.datamodule if hasattr(trainer, "datamodule") else None
+        batch = getattr(datamodule, "batch_size", None) or self.micro_batches
+        return max(int(batch) // self.micro_batches, 1)
+
+    def inject_compute_slowdown(self, factor: float) -> None:
+        """Make this rank's stage compute ``factor`` times slower (heterogeneity simulation)."""
+        if not factor >= 1.0:
+            raise ValueError(f"compute slowdown must be >= 1, got {factor}")
+        self.compute_slowdown = float(factor)
+
+    # ------------------------------------------------------------------ setup
+    @property
+    def distributed_sampler_kwargs(self) -> dict[str, Any]:
+        """Shard data over replicas only: the ranks of one pipeline see the same batches."""
+        return {"num_replicas": self.data_parallel, "rank": self.global_rank // self.pipeline_stages}
+
+    def setup(self, trainer: pl.Trainer) -> None:
+        super().setup(trainer)
+        self.check_trainer(trainer, None)
+        module = self.lightning_module
+        pipeline_blocks(module)
+        if self._pp_group is None:
+            stages, backend = self.pipeline_stages, self._get_process_group_backend()
+            for replica in range(self.data_parallel):  # every rank creates every group, in the same order
+                group = dist.new_group(list(range(replica * stages, (replica + 1) * stages)), backend=backend)
+                if replica == self.global_rank // stages:
+                    self._pp_group = group
+            for position in range(stages):
+                group = dist.new_group(list(range(position, self.world_size, stages)), backend=backend)
+                if position == self.global_rank % stages:
+                    self._dp_group = group
+        if trainer.state.fn == TrainerFn.FITTING:
+            if len(self.optimizers) != 1:
+                raise ValueError(
+                    f"HybridParallelStrategy supports exactly one optimizer, configure_optimizers returned {len(self.optimizers)}"
+                )
+            self._accumulate = max(trainer.accumulate_grad_batches, 1)
+            self.attach_sync_points(trainer)
+        self._wrap_gradient_clipping()
+
+    # ------------------------------------------------------------------ placement
+    def _probe_devices(self) -> list[Device]:
+        """Each position's speed, measured on replica 0's ranks (slowed as the stage compute is)."""
+        speed = probe_speed(self.root_device) / self.compute_slowdown
+        memory = math.inf
+        if self.root_device.type == "cuda":
+            memory = float(torch.cuda.mem_get_info(self.root_device)[0])
+        speeds: list[Any] = [None] * self.world_size
+        dist.all_gather_object(speeds, (speed, memory))
+        return [Device(f"rank{p}", speed=s, memory=m) for p, (s, m) in enumerate(speeds[: self.pipeline_stages])]
+
+    def _plan(self, module: pl.LightningModule, example: torch.Tensor, devices: list[Device]) -> Placement:
+        blocks_seq = pipeline_blocks(module)
+        was_training = blocks_seq.training
+        blocks_seq.train()
+        blocks = profile_blocks(
+            blocks_seq, example, measure_time=self.placement_method == "time", repeats=2,
+            in_flight=min(self.micro_batches, self.pipeline_stages),
+        )
+        blocks_seq.train(was_training)
+        if isinstance(self.placement_method, str):
+            return plan(
+                blocks, devices, method=self.placement_method, objective=self.objective,
+                stages=self.pipeline_stages, seed=self.seed, **self.placement_options,
+            )
+        edges = [0]
+        for size in self.placement_method:
+            edges.append(edges[-1] + size)
+        return Problem(blocks, devices, self.pipeline_stages).placement(
+            "given", list(range(self.pipeline_stages)), list(zip(edges[:-1], edges[1:]))
+        )
+
+    def _ensure_pipeline(self, inputs: torch.Tensor) -> None:
+        """Plan on rank 0 with one micro-batch of the first batch, share the placement, build this rank's stage."""
+        if self.stage_module is not None:
+            return
+        devices = self.device_specs or self._probe_devices()
+        module = self.lightning_module
+        shared: list[Any] = [None]
+        if self.global_rank == 0:
+            micro = inputs[: max(len(inputs) // self.micro_batches, 1)]
+            if self.input_shape is not None:
+                micro = torch.zeros(len(micro), *self.input_shape, device=inputs.device, dtype=inputs.dtype)
+            try:
+                placement = self._plan(module, micro.detach(), devices)
+                shared[0] = placement
+            except Exception as error:  # every rank must learn of it, not only rank 0
+                shared[0] = error
+        dist.broadcast_object_list(shared, src=0)
+        if isinstance(shared[0], Exception):
+            raise shared[0]
+        self.placement = shared[0]
+        self.mesh = Mesh(self.pipeline_stages, self.data_parallel, tuple(self.placement.device_order))
+        stage = self.mesh.stage_of(self.global_rank)
+        spec = self.placement.stages[stage]
+        named = list(pipeline_blocks(module).named_children())
+        self.stage_module = StageModule(named, spec.start, spec.stop, slowdown=self.compute_slowdown)
+        if self.global_rank == 0:
+            names = [name for name, _ in named]
+            log.info(
+                "HybridParallelStrategy placement (%s, predicted bottleneck %.4g s per micro-batch, solved in %.3f s): %s",
+                self.placement.method, self.placement.bottleneck, self.placement.seconds,
+                "; ".join(
+                    f"stage {s}: {names[st.start]}..{names[st.stop - 1]} on rank {self.mesh.order[s]} "
+                    f"({devices[st.device].name}, {st.time_s:.4g} s)"
+                    for s, st in enumerate(self.placement.stages)
+                ),
+            )
+
+    @property
+    def stage_index(self) -> int:
+        assert self.mesh is not None
+        return self.mesh.stage_of(self.global_rank)
+
+    def _schedule(self, batch_size: int, train: bool) -> Any:
+        """The schedule for this batch size (shapes are fixed per stage object)."""
+        key = (batch_size, train)
+        if key not in self._schedules:
+            chunks = max(d for d in range(1, min(self.micro_batches, batch_size) + 1) if batch_size % d == 0)
+            stage = PipelineStage(
+                self.stage_module, self.stage_index, self.pipeline_stages, self.root_device, group=self._pp_group
+            )
+            stage.stage_index_to_group_rank = self.mesh.stage_to_group_rank()
+            module, accumulate = self.lightning_module, self._accumulate
+            loss_fn = (lambda output, target: module.pipeline_loss(output, target) / accumulate) if train else None
+            schedule_cls = SCHEDULES[self.schedule_name] if train else ScheduleGPipe
+            self._schedules[key] = schedule_cls(stage, n_microbatches=chunks, loss_fn=loss_fn)
+        return self._schedules[key]
+
+    def _last_stage_rank(self) -> int:
+        return self.mesh.stage_rank(self.global_rank // self.pipeline_stages, self.pipeline_stages - 1)
+
+    def _share_from_last_stage(self, tensor: torch.Tensor | None) -> torch.Tensor:
+        """Broadcast the last stage's tensor to its pipeline's ranks."""
+        src = self._last_stage_rank()
+        meta = [None if tensor is None else (tuple(tensor.shape), tensor.dtype)]
+        dist.broadcast_object_list(meta, src=src, group=self._pp_group)
+        shape, dtype = meta[0]
+        if tensor is None:
+            tensor = torch.empty(shape, dtype=dtype, device=self.root_device)
+        tensor = tensor.detach().contiguous()
+        dist.broadcast(tensor, src=src, group=self._pp_group)
+        return tensor
+
+    # ------------------------------------------------------------------ training
+    def training_step(self, *args: Any, **kwargs: Any) -> Any:
+        module = self.lightning_module
+        inputs, target = pipeline_inputs(module, args[0])
+        self._ensure_pipeline(inputs)
+        schedule = self._schedule(len(inputs), train=True)
+        losses: list[torch.Tensor] = []
+        # The schedule runs backward now, but Lightning zeroes gradients between training_step and
+        # backward: keep this step's gradients aside and add them in backward(). (The schedule also
+        # divides the gradients by the micro-batch count, so earlier ones must not be there.)
+        params = list(self.stage_module.parameters())
+        earlier = [p.grad for p in params]
+        for p in params:
+            p.grad = None
+        with self.precision_plugin.train_step_context():
+            first, last = self.stage_index == 0, self.stage_index == self.pipeline_stages - 1
+            output = schedule.step(
+                *((inputs,) if first else ()), target=target if last else None, losses=losses if last else None
+            )
+        self._step_grads = [p.grad for p in params]
+        for p, grad in zip(params, earlier):
+            p.grad = grad
+        if last:
+            loss = torch.stack([l.detach() for l in losses]).mean() * self._accumulate
+            packed = torch.cat([loss.reshape(1).to(output.dtype), output.detach().flatten()])
+        else:
+            packed = None
+        packed = self._share_from_last_stage(packed)
+        loss = packed[0].clone()
+        output = packed[1:].view(len(inputs), -1)
+        if callable(getattr(module, "on_pipeline_step", None)):
+            module.on_pipeline_step(output, target, loss)
+        return loss
+
+    def backward(self, closure_loss: torch.Tensor, optimizer: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
+        """The schedule has run backward already: only Lightning's before/after-backward hooks remain."""
+        if self.stage_module is None:
+            return super().backward(closure_loss, optimizer, *args, **kwargs)
+        module = self.lightning_module
+        closure_loss = self.precision_plugin.pre_backward(closure_loss, module)
+        for p, grad in zip(self.stage_module.parameters(), self._step_grads):
+            if grad is not None:
+                p.grad = grad if p.grad is None else p.grad + grad
+        self._step_grads = []
+        closure_loss = self.precision_plugin.post_backward(closure_loss, module)
+        return closure_loss
+
+    def optimizer_step(self, optimizer: Any, closure: Callable[[], Any], model: Any = None, **kwargs: Any) -> Any:
+        model = model or self.lightning_module
+        if self.gradient_sync == "delayed" and self.data_parallel > 1 and self.exchange is None:
+            self.exchange = DelayedAllReduce(list(self.stage_module.parameters()), self.delay, group=self._dp_group)
+        if self.exchange is not None:
+            step = ReplacedStep(unwrap_optimizer(optimizer), self._exchange_and_step)
+            return self.precision_plugin.optimizer_step(step, model=model, closure=closure, **kwargs)
+
+        def synced_closure() -> Any:
+            result = closure()
+            self._average_gradients()
+            return result
+
+        return super().optimizer_step(optimizer, synced_closure, model, **kwargs)
+
+    def _average_gradients(self) -> None:
+        if self.data_parallel == 1 or self.stage_module is None:
+            return
+        grads = [p.grad for p in self.stage_module.parameters() if p.grad is not None]
+        if not grads:
+            return
+        flat = torch.cat([g.flatten() for g in grads])
+        dist.all_reduce(flat, group=self._dp_group)
+        flat /= self.data_parallel
+        offset = 0
+        for g in grads:
+            g.copy_(flat[offset: offset + g.numel()].view_as(g))
+            offset += g.numel()
+
+    def _exchange_and_step(self, optimizer: torch.optim.Optimizer) -> None:
+        self.exchange.push()
+        if self.exchange.load_ready_into_grads():
+            optimizer.step()
+
+    def sync_point(self) -> None:
+        if self.exchange is None:
+            return
+        optimizer = self.optimizers[0]
+        for _ in self.exchange.drain_into_grads():
+            optimizer.step()
+        optimizer.zero_grad()
+
+    def on_sync_end(self) -> None:
+        self.sync_point()
+        self.gather_model()
+
+    def _wrap_gradient_clipping(self) -> None:
+        """Clip by the norm of the whole model's gradient, summed over the pipeline's stages."""
+        plugin = self.precision_plugin
+        if getattr(plugin, "_hybrid_clip_wrapped", False):
+            return
+        strategy = self
+
+        def clip_grad_by_norm(optimizer: Any, clip_val: float) -> None:
+            if strategy.stage_module is None:
+                return type(plugin).clip_grad_by_norm(plugin, optimizer, clip_val)
+            params = [p for p in strategy.stage_module.parameters() if p.grad is not None]
+            local = torch.zeros(1, device=strategy.root_device)
+            for p in params:
+                local += p.grad.detach().float().pow(2).sum()
+            dist.all_reduce(local, group=strategy._pp_group)
+            total = local.sqrt().item()
+            scale = float(clip_val) / (total + 1e-6)
+            if scale < 1.0:
+                for p in params:
+                    p.grad.detach().mul_(scale)
+
+        plugin.clip_grad_by_norm = clip_grad_by_norm
+        plugin._hybrid_clip_wrapped = True
+
+    # ------------------------------------------------------------------ evaluation through the pipeline
+    def _pipelined_forward(self, blocks_seq: torch.nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
+        def forward(x: torch.Tensor) -> torch.Tensor:
+            self._ensure_pipeline(x)
+            schedule = self._schedule(len(x), train=False)
+            output = schedule.eval(*((x,) if self.stage_index == 0 else ()))
+            was_last = self.stage_index == self.pipeline_stages - 1
+            return self._share_from_last_stage(output if was_last else None)
+
+        return forward
+
+    def _through_pipeline(self, hook: str, *args: Any, **kwargs: Any) -> Any:
+        blocks_seq = pipeline_blocks(self.lightning_module)
+        blocks_seq.forward = self._pipelined_forward(blocks_seq)  # instance attribute: nn.Module calls it
+        try:
+            return getattr(super(), hook)(*args, **kwargs)
+        finally:
+            del blocks_seq.forward
+
+    def validation_step(self, *args: Any, **kwargs: Any) -> Any:
+        return self._through_pipeline("validation_step", *args, **kwargs)
+
+    def test_step(self, *args: Any, **kwargs: Any) -> Any:
+        return self._through_pipeline("test_step", *args, **kwargs)
+
+    def predict_step(self, *args: Any, **kwargs: Any) -> Any:
+        return self._through_pipeline("predict_step", *args, **kwargs)
+
+    # ------------------------------------------------------------------ full checkpoints
+    def gather_model(self) -> None:
+        """Copy every stage's blocks (parameters and buffers) from the rank that trains them to the
+        other ranks of its pipeline, so each rank holds the whole trained model."""
+        if self.placement is None:
+            return
+        named = list(pipeline_blocks(self.lightning_module).named_children())
+        replica = self.global_rank // self.pipeline_stages
+        for s, spec in enumerate(self.placement.stages):
+            src = self.mesh.stage_rank(replica, s)
+            for _, block in named[spec.start: spec.stop]:
+                for tensor in [*block.parameters(), *block.buffers()]:
+                    buffer = tensor.detach().to(self.root_device).contiguous()
+                    dist.broadcast(buffer, src=src, group=self._pp_group)
+                    if self.global_rank != src:
+                        tensor.data.copy_(buffer)
+
+    def lightning_module_state_dict(self) -> dict[str, Any]:
+        self.gather_model()
+        return super().lightning_module_state_dict()
+
+    def optimizer_state(self, optimizer: Any) -> dict[str, Any]:
+        """The optimizer's state for every stage's parameters (each rank keeps its own stage's)."""
+        state = super().optimizer_state(optimizer)
+        if self.placement is None:
+            return state
+        pieces: list[Any] = [None] * self.pipeline_stages
+        dist.all_gather_object(pieces, {k: _to_cpu(v) for k, v in state["state"].items()}, group=self._pp_group)
+        merged: dict[int, Any] = {}
+        for piece in pieces:
+            merged.update(piece)
+        state["state"] = merged
+        return state
+
+    def teardown(self) -> None:
+        if self.exchange is not None:
+            self.exchange.close()
+            self.exchange = None
+        self._schedules.clear()  # the stage and placement stay: test/predict after fit use the same
+        super().teardown()
+
+    @classmethod
+    def register_strategies(cls, strategy_registry: _StrategyRegistry) -> None:
+        strategy_registry.register(
+            "hybrid", cls, description="GABRA-placed pipeline stages x data-parallel replicas (paper 003)"
+        )
+
+
+def _to_cpu(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu()
+    if isinstance(value, dict):
+        return {k: _to_cpu(v) for k, v in value.items()}
+    return value

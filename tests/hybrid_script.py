@@ -1,0 +1,105 @@
+"""Run by the HybridParallelStrategy tests: a user's script training LeNet-5 with `Trainer(strategy=HybridParallelStrategy(...))`.
+
+    python hybrid_script.py OUT_DIR --stages 2 --dp 2 [--placement gabra|uniform|3,4] ...
+
+The data is a fixed random tensor set (seed 0). Each rank writes the loss and its gradients of the
+first optimizer step (``step0_rank{r}.pt``, taken just before the optimizer steps, after data-parallel
+averaging); rank 0 writes the predictions of ``trainer.predict`` on the data, the validation
+metrics and the last checkpoint's path to ``result.pt``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from functools import partial
+from pathlib import Path
+
+import pytorch_lightning as pl
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader, TensorDataset
+
+from lightning_hybrid import ClassifierModule, HybridParallelStrategy
+from lightning_hybrid.models import LeNet5
+from lightning_hybrid.sim import HeterogeneitySimulator
+
+
+def make_data(samples: int) -> TensorDataset:
+    g = torch.Generator().manual_seed(0)
+    return TensorDataset(torch.randn(samples, 1, 28, 28, generator=g), torch.randint(0, 10, (samples,), generator=g))
+
+
+def make_module(lr: float, momentum: float) -> ClassifierModule:
+    torch.manual_seed(1)
+    return ClassifierModule(LeNet5(), optimizer=partial(torch.optim.SGD, lr=lr, momentum=momentum))
+
+
+class RecordFirstStep(pl.Callback):
+    def __init__(self, out: Path) -> None:
+        self.out, self.done = out, False
+
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
+        if self.done:
+            return
+        self.done = True
+        grads = {n: p.grad.detach().clone() for n, p in pl_module.named_parameters() if p.grad is not None}
+        loss = trainer.callback_metrics.get("train/loss_step")
+        torch.save({"grads": grads, "loss": None if loss is None else float(loss)},
+                   self.out / f"step0_rank{trainer.global_rank}.pt")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--stages", type=int, default=2)
+    parser.add_argument("--dp", type=int, default=1)
+    parser.add_argument("--placement", default="gabra")
+    parser.add_argument("--speeds", default="1,2")
+    parser.add_argument("--samples", type=int, default=32)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--micro", type=int, default=4)
+    parser.add_argument("--schedule", default="1F1B")
+    parser.add_argument("--lr", type=float, default=0.1)
+    parser.add_argument("--momentum", type=float, default=0.0)
+    parser.add_argument("--clip", type=float, default=None)
+    parser.add_argument("--accumulate", type=int, default=1)
+    parser.add_argument("--sync", default="sync")
+    parser.add_argument("--slowdown", default=None)
+    parser.add_argument("--resume", default=None)
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    placement = args.placement if not args.placement[0].isdigit() else [int(s) for s in args.placement.split(",")]
+    strategy = HybridParallelStrategy(
+        pipeline_stages=args.stages, data_parallel=args.dp, placement=placement, schedule=args.schedule,
+        micro_batches=args.micro, devices=[float(s) for s in args.speeds.split(",")],
+        gradient_sync=args.sync, placement_options={"t_max": 300},
+    )
+    callbacks = [RecordFirstStep(args.out), pl.callbacks.ModelCheckpoint(dirpath=args.out / "ckpt", save_last=True)]
+    if args.slowdown:
+        callbacks.append(HeterogeneitySimulator(slowdown=[float(s) for s in args.slowdown.split(",")]))
+    trainer = pl.Trainer(
+        accelerator="cpu", devices=args.stages * args.dp, strategy=strategy, max_epochs=args.epochs, logger=False,
+        enable_progress_bar=False, enable_model_summary=False, callbacks=callbacks,
+        gradient_clip_val=args.clip, accumulate_grad_batches=args.accumulate, deterministic=True,
+    )
+    module = make_module(args.lr, args.momentum)
+    data = make_data(args.samples)
+    train = DataLoader(data, batch_size=args.batch, shuffle=True)
+    val = DataLoader(data, batch_size=args.batch)
+    trainer.fit(module, train, val, ckpt_path=args.resume)
+    val_metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
+    predictions = trainer.predict(module, DataLoader(data, batch_size=8))
+    if trainer.is_global_zero:
+        torch.save(
+            {"predictions": torch.cat(predictions), "metrics": val_metrics,
+             "last": str(args.out / "ckpt" / "last.ckpt"), "placement": strategy.placement.to_dict(),
+             "state": {k: v.clone() for k, v in module.state_dict().items()}},
+            args.out / "result.pt",
+        )
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

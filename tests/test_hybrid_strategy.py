@@ -1,0 +1,178 @@
+"""HybridParallelStrategy on CPU processes (gloo): pipeline stages x data-parallel replicas give the
+loss, gradients, parameters and predictions of single-device training; checkpoints are full."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import pytorch_lightning as pl
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader
+
+from lightning_hybrid import ClassifierModule, HybridParallelStrategy
+from lightning_hybrid.models import LeNet5
+from lightning_hybrid.pipeline import StageModule
+from lightning_hybrid.placement import InfeasiblePlacementError
+
+sys.path.insert(0, str(Path(__file__).parent))
+from hybrid_script import make_data, make_module  # noqa: E402
+
+SCRIPT = Path(__file__).with_name("hybrid_script.py")
+pytestmark = pytest.mark.multiprocess
+
+
+def run(out: Path, *args: str) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_RANK", "MASTER_PORT", "WORLD_SIZE", "NODE_RANK")}
+    proc = subprocess.run([sys.executable, str(SCRIPT), str(out), *args], env=env, capture_output=True, text=True,
+                          timeout=240)
+    if proc.returncode != 0:
+        pytest.fail(f"hybrid_script.py {' '.join(args)} exited {proc.returncode}:\n{proc.stderr[-6000:]}")
+
+
+def reference_steps(samples: int, steps: int, lr: float = 0.1, momentum: float = 0.0, clip: float | None = None):
+    """Single-device full-batch training: (first loss, first gradients, module after ``steps``)."""
+    module = make_module(lr, momentum)
+    x, y = make_data(samples).tensors
+    optimizer = torch.optim.SGD(module.parameters(), lr=lr, momentum=momentum)
+    first = None
+    for _ in range(steps):
+        optimizer.zero_grad()
+        loss = F.cross_entropy(module(x), y)
+        loss.backward()
+        if first is None:
+            first = (loss.item(), {n: p.grad.clone() for n, p in module.named_parameters()})
+        if clip is not None:
+            torch.nn.utils.clip_grad_norm_(module.parameters(), clip)
+        optimizer.step()
+    return first[0], first[1], module
+
+
+def first_step(out: Path, ranks: int) -> tuple[list[float], dict[str, list[torch.Tensor]]]:
+    losses, grads = [], {}
+    for rank in range(ranks):
+        record = torch.load(out / f"step0_rank{rank}.pt")
+        losses.append(record["loss"])
+        for name, grad in record["grads"].items():
+            grads.setdefault(name, []).append(grad)
+    return losses, grads
+
+
+def assert_state_equal(module: nn.Module, state: dict[str, torch.Tensor], atol: float = 1e-5) -> None:
+    for name, value in module.state_dict().items():
+        torch.testing.assert_close(state[name], value, atol=atol, rtol=1e-4, msg=name)
+
+
+def test_two_stages_give_the_loss_gradients_and_predictions_of_one_device(tmp_path):
+    run(tmp_path, "--stages", "2", "--dp", "1", "--samples", "32", "--batch", "32", "--speeds", "1,2")
+    loss, grads, _ = reference_steps(32, 1)
+    losses, got = first_step(tmp_path, 2)
+    assert losses == pytest.approx([loss, loss], abs=1e-6)
+    assert sorted(got) == sorted(grads)  # every parameter has its gradient on exactly one stage
+    for name, pieces in got.items():
+        assert len(pieces) == 1
+        torch.testing.assert_close(pieces[0], grads[name], atol=1e-6, rtol=1e-5)
+    result = torch.load(tmp_path / "result.pt")
+    assert [s["device"] for s in result["placement"]["stages"]] in ([0, 1], [1, 0])
+    plain = ClassifierModule.load_from_checkpoint(result["last"], net=LeNet5(), weights_only=True)
+    x, _ = make_data(32).tensors
+    torch.testing.assert_close(result["predictions"], plain(x).argmax(1))
+    assert_state_equal(plain, result["state"])  # the user's module holds every stage's weights after fit
+
+
+def test_two_stages_by_two_replicas_train_as_one_device_and_save_full_checkpoints(tmp_path):
+    # each replica's batch is half of the 64 samples, so every step is a full-batch step
+    run(tmp_path, "--stages", "2", "--dp", "2", "--samples", "64", "--batch", "32", "--epochs", "3",
+        "--momentum", "0.9", "--placement", "3,4", "--schedule", "GPipe")
+    loss, grads, reference = reference_steps(64, 3, momentum=0.9)
+    losses, got = first_step(tmp_path, 4)
+    assert sum(losses) / 4 == pytest.approx(loss, abs=1e-6)  # replicas' halves average to the full batch
+    for name, pieces in got.items():
+        assert len(pieces) == 2  # one per replica, averaged: equal
+        for piece in pieces:
+            torch.testing.assert_close(piece, grads[name], atol=1e-6, rtol=1e-5)
+    result = torch.load(tmp_path / "result.pt")
+    checkpoint = torch.load(result["last"], weights_only=True)
+    plain = ClassifierModule(LeNet5())
+    plain.load_state_dict(checkpoint["state_dict"])
+    assert_state_equal(reference, checkpoint["state_dict"])
+    momentum = checkpoint["optimizer_states"][0]["state"]
+    assert len(momentum) == len(list(reference.parameters()))  # both stages' momentum buffers are saved
+
+
+def test_resume_clipping_accumulation_and_delayed_sync(tmp_path):
+    # 2 epochs, then resume to 3: equals 3 uninterrupted full-batch steps (momentum state round-trips)
+    run(tmp_path / "a", "--stages", "2", "--dp", "2", "--samples", "64", "--batch", "32", "--epochs", "2",
+        "--momentum", "0.9", "--sync", "delayed")
+    run(tmp_path / "b", "--stages", "2", "--dp", "2", "--samples", "64", "--batch", "32", "--epochs", "3",
+        "--momentum", "0.9", "--sync", "delayed", "--resume", str(tmp_path / "a" / "ckpt" / "last.ckpt"))
+    _, _, reference = reference_steps(64, 3, momentum=0.9)
+    assert_state_equal(reference, torch.load(tmp_path / "b" / "result.pt")["state"])
+    # accumulation over 2 batches of 16 and clipping by the norm of the whole model's gradient
+    run(tmp_path / "c", "--stages", "2", "--samples", "32", "--batch", "16", "--accumulate", "2", "--clip", "0.05")
+    _, _, reference = reference_steps(32, 1, clip=0.05)
+    assert_state_equal(reference, torch.load(tmp_path / "c" / "result.pt")["state"])
+
+
+# ---------------------------------------------------------------------- bad input, before processes start
+def fit_refused(strategy: HybridParallelStrategy, module: pl.LightningModule, devices: int = 2) -> None:
+    trainer = pl.Trainer(accelerator="cpu", devices=devices, strategy=strategy, max_epochs=1, logger=False,
+                         enable_checkpointing=False, enable_progress_bar=False)
+    trainer.fit(module, DataLoader(make_data(8), batch_size=8))
+
+
+def test_bad_input_is_refused_before_processes_start():
+    module = make_module(0.1, 0.0)
+    with pytest.raises(ValueError, match=r"pipeline_stages=2 x data_parallel=2 = 4 processes, but the Trainer runs 2"):
+        fit_refused(HybridParallelStrategy(pipeline_stages=2, data_parallel=2), module)
+    with pytest.raises(ValueError, match="only 7 blocks"):
+        fit_refused(HybridParallelStrategy(pipeline_stages=8), module, devices=8)
+
+    class NoBlocks(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = nn.Linear(2, 2)
+
+    with pytest.raises(TypeError, match="implement pipeline_blocks"):
+        fit_refused(HybridParallelStrategy(), NoBlocks())
+    tiny = HybridParallelStrategy(devices=[{"speed": 1, "memory": "64KiB"}, {"speed": 1, "memory": "64KiB"}],
+                                  input_shape=[1, 28, 28])
+    with pytest.raises(InfeasiblePlacementError, match="MiB"):
+        fit_refused(tiny, module)
+    with pytest.raises(ValueError, match="devices describes 3 devices but pipeline_stages=2"):
+        HybridParallelStrategy(devices=[1, 2, 3])
+    with pytest.raises(ValueError, match="placement must be one of"):
+        HybridParallelStrategy(placement="random")
+    with pytest.raises(ValueError, match="schedule must be one of"):
+        HybridParallelStrategy(schedule="zigzag")
+
+
+def test_registered_alias():
+    trainer = pl.Trainer(accelerator="cpu", devices=2, strategy="hybrid", logger=False)
+    assert isinstance(trainer.strategy, HybridParallelStrategy)
+
+
+def test_stage_module_slowdown_stretches_forward_and_backward():
+    torch.manual_seed(0)
+    blocks = [(f"l{i}", nn.Linear(256, 256)) for i in range(4)]
+    x = torch.randn(512, 256)
+
+    def timed(stage: StageModule) -> float:
+        best = float("inf")
+        for _ in range(3):
+            start = time.perf_counter()
+            stage(x).sum().backward()
+            best = min(best, time.perf_counter() - start)
+        return best
+
+    plain, slow = StageModule(blocks, 0, 4), StageModule(blocks, 0, 4, slowdown=3.0)
+    ratio = timed(slow) / timed(plain)
+    assert 2.0 < ratio < 4.5, ratio
+    assert slow.slept_s > 0
+    torch.testing.assert_close(slow(x), plain(x))
