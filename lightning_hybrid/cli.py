@@ -218,8 +218,14 @@ def explain_command(argv: list[str]) -> None:
     run(argv)
 
 
+def plan_command(argv: list[str]) -> None:
+    from lightning_hybrid.placement.command import plan_command as run
+
+    run(argv)
+
+
 #: ``lightning-hybrid <name> ...`` runs these instead of training.
-SUBCOMMANDS = {"data": data_command, "explain": explain_command}
+SUBCOMMANDS = {"data": data_command, "explain": explain_command, "plan": plan_command}
 
 
 def main() -> None:
