@@ -5,8 +5,8 @@
 Each method trains 3D-ResAttNet (depth 18, small input) with HybridParallelStrategy on
 ``len(speeds)`` CPU processes; rank ``i`` computes ``max(speeds) / speeds[i]`` times slower
 (``sim.slowdown``: its stage's forward and backward are stretched), and the placement methods are
-told the speeds. Samples per second are measured over the training steps after ``--warmup``; the
-table gives each method's ratio to ``uniform`` and to ``exact``, the predicted bottleneck and the
+told the speeds. Samples per second are measured over the training steps after ``--warmup``, averaged
+over ``--repeats`` interleaved rounds; the table gives each method's ratio to ``uniform`` and to ``exact``, the predicted bottleneck and the
 solver's time.
 """
 
@@ -84,13 +84,14 @@ def main() -> None:
     parser.add_argument("--schedule", default="1F1B")
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3, help="rounds over the methods (interleaved); mean reported")
     parser.add_argument("--method", help=argparse.SUPPRESS)
     parser.add_argument("--result", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.method:
         return worker(args)
-    rows = []
-    for method in args.methods:
+    runs: dict[str, list[dict]] = {m: [] for m in args.methods}
+    for round_, method in [(r, m) for r in range(args.repeats) for m in args.methods]:
         out = Path(f"/tmp/hybrid_placement_{os.getpid()}_{method}.json")
         cmd = [sys.executable, __file__, "--method", method, "--result", str(out), "--speeds", *args.speeds,
                "--shape", *map(str, args.shape), "--base-channels", str(args.base_channels), "--batch", str(args.batch),
@@ -98,17 +99,22 @@ def main() -> None:
                "--warmup", str(args.warmup)]
         env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_RANK", "MASTER_PORT", "WORLD_SIZE")}
         subprocess.run(cmd, check=True, env=env, capture_output=True)
-        rows.append(json.loads(out.read_text()))
-        print(f"{method}: {rows[-1]['samples_per_s']:.2f} samples/s", flush=True)
+        runs[method].append(json.loads(out.read_text()))
+        print(f"round {round_}: {method}: {runs[method][-1]['samples_per_s']:.2f} samples/s", flush=True)
+    rows = []
+    for method, results in runs.items():
+        rates = [r["samples_per_s"] for r in results]
+        rows.append({**results[0], "samples_per_s": sum(rates) / len(rates), "min": min(rates), "max": max(rates)})
     by = {r["method"]: r for r in rows}
     print(f"\nResAttNet-18 (base {args.base_channels}), input 1x{'x'.join(map(str, args.shape))}, batch {args.batch}, "
           f"{args.micro} micro-batches, {args.schedule}, speeds {args.speeds}\n")
+    print(f"samples/s: mean of {args.repeats} runs (min-max); predicted bottleneck in FLOP / relative speed\n")
     print("| method | stages | samples/s | vs uniform | vs exact | predicted bottleneck | solver time |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
         vs_uniform = f"{r['samples_per_s'] / by['uniform']['samples_per_s']:.2f}x" if "uniform" in by else ""
         vs_exact = f"{r['samples_per_s'] / by['exact']['samples_per_s']:.2f}x" if "exact" in by else ""
-        print(f"| {r['method']} | {' '.join(r['stages'])} | {r['samples_per_s']:.2f} | {vs_uniform} | {vs_exact} | "
+        print(f"| {r['method']} | {' '.join(r['stages'])} | {r['samples_per_s']:.2f} ({r['min']:.2f}-{r['max']:.2f}) | {vs_uniform} | {vs_exact} | "
               f"{r['predicted_bottleneck']:.3g} | {r['solver_s'] * 1e3:.1f} ms |")
 
 

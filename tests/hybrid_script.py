@@ -54,7 +54,7 @@ def main() -> None:
     parser.add_argument("--stages", type=int, default=2)
     parser.add_argument("--dp", type=int, default=1)
     parser.add_argument("--placement", default="gabra")
-    parser.add_argument("--speeds", default="1,2")
+    parser.add_argument("--speeds", default="1,2", help="relative device speeds, or 'probe'")
     parser.add_argument("--samples", type=int, default=32)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--epochs", type=int, default=1)
@@ -72,7 +72,8 @@ def main() -> None:
     placement = args.placement if not args.placement[0].isdigit() else [int(s) for s in args.placement.split(",")]
     strategy = HybridParallelStrategy(
         pipeline_stages=args.stages, data_parallel=args.dp, placement=placement, schedule=args.schedule,
-        micro_batches=args.micro, devices=[float(s) for s in args.speeds.split(",")],
+        micro_batches=args.micro,
+        devices=None if args.speeds == "probe" else [float(s) for s in args.speeds.split(",")],
         gradient_sync=args.sync, placement_options={"t_max": 300},
     )
     callbacks = [RecordFirstStep(args.out), pl.callbacks.ModelCheckpoint(dirpath=args.out / "ckpt", save_last=True)]

@@ -70,7 +70,9 @@ def assert_state_equal(module: nn.Module, state: dict[str, torch.Tensor], atol: 
 
 
 def test_two_stages_give_the_loss_gradients_and_predictions_of_one_device(tmp_path):
-    run(tmp_path, "--stages", "2", "--dp", "1", "--samples", "32", "--batch", "32", "--speeds", "1,2")
+    # speeds probed; rank 0's stage compute simulated 3x slower (its first-stage input then needs a gradient)
+    run(tmp_path, "--stages", "2", "--dp", "1", "--samples", "32", "--batch", "32", "--speeds", "probe",
+        "--slowdown", "3,1")
     loss, grads, _ = reference_steps(32, 1)
     losses, got = first_step(tmp_path, 2)
     assert losses == pytest.approx([loss, loss], abs=1e-6)

@@ -165,6 +165,7 @@ class HybridParallelStrategy(UnwrappedDDPStrategy):
         self._dp_group: dist.ProcessGroup | None = None
         self._accumulate = 1
         self._step_grads: list[torch.Tensor | None] = []
+        self._planned_for: torch.nn.Module | None = None
 
     # ------------------------------------------------------------------ checks (before processes start)
     def check_trainer(self, trainer: pl.Trainer, model: pl.LightningModule | None) -> None:
@@ -265,10 +266,11 @@ class HybridParallelStrategy(UnwrappedDDPStrategy):
 
     def _ensure_pipeline(self, inputs: torch.Tensor) -> None:
         """Plan on rank 0 with one micro-batch of the first batch, share the placement, build this rank's stage."""
-        if self.stage_module is not None:
-            return
-        devices = self.device_specs or self._probe_devices()
         module = self.lightning_module
+        if self.stage_module is not None and self._planned_for is pipeline_blocks(module):
+            return
+        self._schedules.clear()
+        devices = self.device_specs or self._probe_devices()
         shared: list[Any] = [None]
         if self.global_rank == 0:
             micro = inputs[: max(len(inputs) // self.micro_batches, 1)]
@@ -288,6 +290,7 @@ class HybridParallelStrategy(UnwrappedDDPStrategy):
         spec = self.placement.stages[stage]
         named = list(pipeline_blocks(module).named_children())
         self.stage_module = StageModule(named, spec.start, spec.stop, slowdown=self.compute_slowdown)
+        self._planned_for = pipeline_blocks(module)
         if self.global_rank == 0:
             names = [name for name, _ in named]
             log.info(
