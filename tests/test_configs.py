@@ -52,7 +52,7 @@ def tiny_adni_csv(tmp_path_factory):
 @pytest.mark.parametrize("group, option", [(g, o) for g in GROUPS for o in options(g)])
 def test_option_composes_and_instantiates(tmp_path, group, option, tiny_adni_csv):
     extra = ["trainer.devices=2"] if (group, option) in {("strategy", "ddp"), ("strategy", "ddp_spawn"), ("sim", "two_speeds")} else []
-    if (group, option) in {("data", "adni"), ("experiment", "akintoye2022_adni")}:
+    if (group, option) in {("data", "adni"), ("experiment", "akintoye2022_adni"), ("experiment", "akintoye2022_hybrid_adni")}:
         extra.append(f"data.csv_path={tiny_adni_csv}")  # users point it at their ADNI CSV
     if (group, option) == ("data", "adni_synthetic"):
         extra += ["data.subjects=4", "data.volume_shape=[16,16,16]"]
