@@ -233,3 +233,14 @@ def test_profile_blocks_leaves_batchnorm_statistics_alone_and_measures_time():
     assert all(torch.equal(before[k], v) for k, v in net.state_dict().items())
     with pytest.raises(TypeError, match="not an nn.Sequential"):
         profile_blocks(torch.nn.Linear(2, 2), torch.zeros(1, 2))
+
+
+def test_patience_ends_a_stalled_search_early():
+    blocks, devices = feasible_instances(1, seed=11)[0]
+    full = plan(blocks, devices, method="gabra", seed=0, t_max=3000)
+    early = plan(blocks, devices, method="gabra", seed=0, t_max=3000, patience=50)
+    assert full.generations == 3000  # no provable optimum on this instance: the full search runs to t_max
+    assert early.generations < 3000
+    assert early.bottleneck >= full.bottleneck - 1e-12
+    with pytest.raises(ValueError, match="patience"):
+        plan(blocks, devices, method="gabra", patience=0)

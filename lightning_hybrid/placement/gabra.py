@@ -46,6 +46,9 @@ class GABRA:
         mutation_prob: probability that a child's gene segment is inverted.
         balance_cuts: move decoded stage boundaries to the best for the device order.
         slack: the ``"paper"`` objective's capacity horizon above the perfectly balanced time.
+        patience: end the search after this many generations without a better chromosome
+            (``None``: run all ``t_max``; on 300 random instances ``patience=1000`` ran 6.5x faster
+            but left 13 placements more than 1% above the optimum instead of 4).
         polish: after the last generation, hill-climb from the best chromosome by swapping devices
             between stages (default: with ``balance_cuts``).
         seed: the random generator's seed; a seed gives the same placement every time.
@@ -62,6 +65,7 @@ class GABRA:
         balance_cuts: bool | None = None,
         slack: float = 0.25,
         polish: bool | None = None,
+        patience: int | None = None,
         seed: int = 0,
     ) -> None:
         if objective not in ("bottleneck", "paper"):
@@ -78,6 +82,9 @@ class GABRA:
         self.mutation_prob = mutation_prob
         self.balance_cuts = (objective == "bottleneck") if balance_cuts is None else bool(balance_cuts)
         self.polish = self.balance_cuts if polish is None else bool(polish)
+        if patience is not None and patience < 1:
+            raise ValueError(f"patience must be >= 1 generation or None, got {patience}")
+        self.patience = patience
         self.rng = np.random.default_rng(seed)
         speeds = np.array([d.speed for d in problem.devices])
         self.horizon = (1.0 + slack) * problem.cost_prefix[-1] / np.sort(speeds)[::-1][: problem.k].sum()
@@ -203,8 +210,10 @@ class GABRA:
         # The search also ends at a provable optimum: the lower bound on the bottleneck, or every capacity full.
         optimum = 1.0 / p.lower_bound() if self.objective == "bottleneck" else float(p.k)
         seen = {g.tobytes() for g in population}
-        generation = 0
+        generation = last_improvement = 0
         while generation < self.t_max and best_fitness < optimum * (1 - 1e-9):
+            if self.patience is not None and generation - last_improvement >= self.patience:
+                break
             child = None
             cumulative = np.cumsum(fitness_arr)
             for _ in range(20):  # Algorithm 1, lines 7-11: a child already in the population is drawn again
@@ -225,7 +234,7 @@ class GABRA:
             population[worst], fitness_arr[worst] = w, f
             seen.add(w.tobytes())
             if f > best_fitness:
-                best_genes, best_fitness = w.copy(), f
+                best_genes, best_fitness, last_improvement = w.copy(), f, generation
         if self.polish:
             best_fitness, best_genes = self._polish(best_fitness, best_genes)
         order, bounds = self.decode(best_genes)

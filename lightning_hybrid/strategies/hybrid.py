@@ -294,11 +294,11 @@ class HybridParallelStrategy(UnwrappedDDPStrategy):
         if self.global_rank == 0:
             names = [name for name, _ in named]
             log.info(
-                "HybridParallelStrategy placement (%s, predicted bottleneck %.4g s per micro-batch, solved in %.3f s): %s",
+                "HybridParallelStrategy placement (%s, predicted bottleneck %.4g (block cost / device speed per micro-batch), solved in %.3f s): %s",
                 self.placement.method, self.placement.bottleneck, self.placement.seconds,
                 "; ".join(
                     f"stage {s}: {names[st.start]}..{names[st.stop - 1]} on rank {self.mesh.order[s]} "
-                    f"({devices[st.device].name}, {st.time_s:.4g} s)"
+                    f"({devices[st.device].name}, {st.time_s:.4g})"
                     for s, st in enumerate(self.placement.stages)
                 ),
             )
