@@ -20,18 +20,20 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_hybrid import ClassifierModule, HybridParallelStrategy
-from lightning_hybrid.models import LeNet5
+from lightning_hybrid.models import LeNet5, ResAttNet3D
 from lightning_hybrid.sim import HeterogeneitySimulator
 
 
-def make_data(samples: int) -> TensorDataset:
+def make_data(samples: int, model: str = "lenet5") -> TensorDataset:
     g = torch.Generator().manual_seed(0)
-    return TensorDataset(torch.randn(samples, 1, 28, 28, generator=g), torch.randint(0, 10, (samples,), generator=g))
+    shape, classes = ((1, 28, 28), 10) if model == "lenet5" else ((1, 16, 16, 16), 2)
+    return TensorDataset(torch.randn(samples, *shape, generator=g), torch.randint(0, classes, (samples,), generator=g))
 
 
-def make_module(lr: float, momentum: float) -> ClassifierModule:
+def make_module(lr: float, momentum: float, model: str = "lenet5") -> ClassifierModule:
     torch.manual_seed(1)
-    return ClassifierModule(LeNet5(), optimizer=partial(torch.optim.SGD, lr=lr, momentum=momentum))
+    net = LeNet5() if model == "lenet5" else ResAttNet3D(depth=18, base_channels=4, dropout=0.0)
+    return ClassifierModule(net, optimizer=partial(torch.optim.SGD, lr=lr, momentum=momentum))
 
 
 class RecordFirstStep(pl.Callback):
@@ -67,6 +69,7 @@ def main() -> None:
     parser.add_argument("--sync", default="sync")
     parser.add_argument("--slowdown", default=None)
     parser.add_argument("--resume", default=None)
+    parser.add_argument("--model", default="lenet5", help="lenet5 | resattnet (3D-ResAttNet-18, base 4, 16^3 input)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     placement = args.placement if not args.placement[0].isdigit() else [int(s) for s in args.placement.split(",")]
@@ -84,8 +87,8 @@ def main() -> None:
         enable_progress_bar=False, enable_model_summary=False, callbacks=callbacks,
         gradient_clip_val=args.clip, accumulate_grad_batches=args.accumulate, deterministic=True,
     )
-    module = make_module(args.lr, args.momentum)
-    data = make_data(args.samples)
+    module = make_module(args.lr, args.momentum, args.model)
+    data = make_data(args.samples, args.model)
     train = DataLoader(data, batch_size=args.batch, shuffle=True)
     val = DataLoader(data, batch_size=args.batch)
     trainer.fit(module, train, val, ckpt_path=args.resume)

@@ -36,10 +36,11 @@ def run(out: Path, *args: str) -> None:
         pytest.fail(f"hybrid_script.py {' '.join(args)} exited {proc.returncode}:\n{proc.stderr[-6000:]}")
 
 
-def reference_steps(samples: int, steps: int, lr: float = 0.1, momentum: float = 0.0, clip: float | None = None):
+def reference_steps(samples: int, steps: int, lr: float = 0.1, momentum: float = 0.0, clip: float | None = None,
+                    model: str = "lenet5"):
     """Single-device full-batch training: (first loss, first gradients, module after ``steps``)."""
-    module = make_module(lr, momentum)
-    x, y = make_data(samples).tensors
+    module = make_module(lr, momentum, model)
+    x, y = make_data(samples, model).tensors
     optimizer = torch.optim.SGD(module.parameters(), lr=lr, momentum=momentum)
     first = None
     for _ in range(steps):
@@ -122,6 +123,20 @@ def test_resume_clipping_accumulation_and_delayed_sync(tmp_path):
     assert_state_equal(reference, torch.load(tmp_path / "c" / "result.pt")["state"])
 
 
+def test_resattnet3d_is_pipelined_exactly(tmp_path):
+    # one micro-batch: BatchNorm then normalises over the same samples as on one device
+    run(tmp_path, "--model", "resattnet", "--stages", "2", "--samples", "4", "--batch", "4", "--micro", "1",
+        "--placement", "uniform", "--schedule", "GPipe")
+    loss, grads, _ = reference_steps(4, 1, model="resattnet")
+    losses, got = first_step(tmp_path, 2)
+    assert losses == pytest.approx([loss, loss], abs=1e-5)
+    assert sorted(got) == sorted(grads)
+    for name, pieces in got.items():
+        # relative to the tensor's largest gradient: one device with 1 or 2 threads differs by 6e-5 already
+        scale = grads[name].abs().max().item()
+        assert (pieces[0] - grads[name]).abs().max().item() <= 1e-3 * scale + 1e-7, name
+
+
 # ---------------------------------------------------------------------- bad input, before processes start
 def fit_refused(strategy: HybridParallelStrategy, module: pl.LightningModule, devices: int = 2) -> None:
     trainer = pl.Trainer(accelerator="cpu", devices=devices, strategy=strategy, max_epochs=1, logger=False,
@@ -134,7 +149,7 @@ def test_bad_input_is_refused_before_processes_start():
     with pytest.raises(ValueError, match=r"pipeline_stages=2 x data_parallel=2 = 4 processes, but the Trainer runs 2"):
         fit_refused(HybridParallelStrategy(pipeline_stages=2, data_parallel=2), module)
     with pytest.raises(ValueError, match="only 7 blocks"):
-        fit_refused(HybridParallelStrategy(pipeline_stages=8), module, devices=8)
+        fit_refused(HybridParallelStrategy(pipeline_stages=8, micro_batches=8), module, devices=8)
 
     class NoBlocks(pl.LightningModule):
         def __init__(self):
@@ -151,6 +166,8 @@ def test_bad_input_is_refused_before_processes_start():
         HybridParallelStrategy(devices=[1, 2, 3])
     with pytest.raises(ValueError, match="placement must be one of"):
         HybridParallelStrategy(placement="random")
+    with pytest.raises(ValueError, match="1F1B' needs at least as many micro-batches as stages"):
+        HybridParallelStrategy(pipeline_stages=4, micro_batches=2)
     with pytest.raises(ValueError, match="schedule must be one of"):
         HybridParallelStrategy(schedule="zigzag")
 

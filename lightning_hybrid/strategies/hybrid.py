@@ -71,7 +71,8 @@ class HybridParallelStrategy(UnwrappedDDPStrategy):
             :func:`~lightning_hybrid.placement.plan`), or explicit stage sizes, e.g. ``[5, 7]``
             (blocks per stage, on positions 0, 1, ...).
         schedule: ``"1F1B"`` or ``"GPipe"``.
-        micro_batches: micro-batches per batch (a batch not divisible by it uses the largest divisor below).
+        micro_batches: micro-batches per batch (a batch not divisible by it uses the largest divisor
+            below; a batch split into fewer micro-batches than stages runs as GPipe).
         devices: per-position device descriptions, or ``None`` to probe.
         objective: GABRA's ``"bottleneck"`` or ``"paper"``.
         placement_options: further GABRA options (``population``, ``t_max``, ...).
@@ -132,6 +133,11 @@ class HybridParallelStrategy(UnwrappedDDPStrategy):
                 )
         if schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
+        if schedule == "1F1B" and micro_batches < pipeline_stages:
+            raise ValueError(
+                f"schedule='1F1B' needs at least as many micro-batches as stages, got micro_batches={micro_batches} "
+                f"for pipeline_stages={pipeline_stages}; raise micro_batches or use schedule='GPipe'"
+            )
         if gradient_sync not in ("sync", "delayed"):
             raise ValueError(f"gradient_sync must be 'sync' or 'delayed', got {gradient_sync!r}")
         if isinstance(delay, bool) or not isinstance(delay, int) or delay < 0:
@@ -320,6 +326,8 @@ class HybridParallelStrategy(UnwrappedDDPStrategy):
             module, accumulate = self.lightning_module, self._accumulate
             loss_fn = (lambda output, target: module.pipeline_loss(output, target) / accumulate) if train else None
             schedule_cls = SCHEDULES[self.schedule_name] if train else ScheduleGPipe
+            if chunks < self.pipeline_stages:  # a batch too small to split for 1F1B
+                schedule_cls = ScheduleGPipe
             self._schedules[key] = schedule_cls(stage, n_microbatches=chunks, loss_fn=loss_fn)
         return self._schedules[key]
 
