@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
