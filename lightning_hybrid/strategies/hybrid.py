@@ -78,7 +78,10 @@ class HybridParallelStrategy(UnwrappedDDPStrategy):
         seed: GABRA's seed.
         gradient_sync: ``"sync"`` or ``"delayed"`` (across replicas).
         delay: steps of delay for ``"delayed"``.
-        input_shape: shape of one sample (e.g. ``[1, 28, 28]``) for profiling before the first batch.
+        input_shape: shape of one sample (e.g. ``[1, 28, 28]``). With ``devices`` it lets the plan be
+            checked before processes start (with ``datamodule.batch_size / micro_batches`` samples
+            if the Trainer knows the datamodule then, else one); the plan in use is always made at
+            the first batch, with one micro-batch of it.
         process_group_backend: ``None`` (gloo on CPU, nccl on GPU) or a backend name.
 
     Example::
