@@ -194,7 +194,8 @@ def _hydra_train(cfg: DictConfig) -> float | None:
 
 
 def data_command(argv: list[str]) -> None:
-    """``lightning-hybrid data synth-adni --out DIR --subjects N``: write synthetic data sets."""
+    """``lightning-hybrid data synth-adni --out DIR --subjects N``: write synthetic data sets;
+    ``lightning-hybrid data pack --root MNIST_DIR --out STORE``: MNIST as a shard store."""
     import argparse
 
     from lightning_hybrid.data.synth_adni import write_synthetic_adni
@@ -206,8 +207,27 @@ def data_command(argv: list[str]) -> None:
     synth.add_argument("--subjects", type=int, default=40)
     synth.add_argument("--shape", type=int, nargs=3, default=(64, 76, 64), metavar=("D", "H", "W"))
     synth.add_argument("--seed", type=int, default=0)
+    pack = commands.add_parser("pack", help="MNIST's IDX files as a shard store (a folder or an fsspec URL)")
+    pack.add_argument("--root", required=True, help="folder with MNIST's four .gz files")
+    pack.add_argument("--out", required=True, help="store folder or URL (s3://..., hdfs://..., memory://...)")
+    pack.add_argument("--split", choices=("train", "test"), default="train")
+    pack.add_argument("--shard-size", type=int, default=10000, help="samples per shard")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if args.command == "pack":
+        from lightning_hybrid.data.idx import read_idx
+        from lightning_hybrid.data.mnist import MNIST_FILES, find_mnist_folder
+        from lightning_hybrid.data.shards import pack as pack_store
+
+        folder = find_mnist_folder(args.root)
+        if folder is None:
+            raise SystemExit(f"{args.root} does not hold MNIST's four files ({', '.join(MNIST_FILES)})")
+        prefix = "train" if args.split == "train" else "t10k"
+        images, labels = (read_idx(folder / n, MNIST_FILES[n])
+                          for n in (f"{prefix}-images-idx3-ubyte.gz", f"{prefix}-labels-idx1-ubyte.gz"))
+        store = pack_store(images[:, None], labels.astype("int64"), args.out, args.shard_size)
+        log.info("%d samples in %d shards: %s", store.num_samples, store.num_shards, args.out)
+        return
     csv_path = write_synthetic_adni(args.out, subjects=args.subjects, shape=tuple(args.shape), seed=args.seed)
     log.info("CSV: %s", csv_path)
 

@@ -1,0 +1,156 @@
+"""A sharded dataset store: fixed-size shards in a folder (local or an fsspec URL), loaded once per worker.
+
+cNeural (paper 002) keeps its training set in a distributed store and has each worker load its own
+shard once, in parallel, and keep it resident. Here a store is a folder of ``shard-NNNNN.npz`` files
+(arrays ``x`` and ``y``) and a ``manifest.json`` (sample count, shapes, dtypes and each shard's
+sample count, size and md5). Any fsspec URL works as the folder (``s3://``, ``hdfs://``, ``memory://``)
+when the matching fsspec backend is installed.
+
+Example::
+
+    >>> import numpy as np
+    >>> store = pack(np.zeros((10, 2), np.float32), np.arange(10), "memory://doc-store", shard_size=4)
+    >>> store.num_shards, store.num_samples, assign_shards(store.num_shards, workers=2, rank=1)
+    (3, 10, [1])
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import fsspec
+import numpy as np
+
+FORMAT = "lightning-hybrid-shards/1"
+MANIFEST = "manifest.json"
+
+
+class ShardError(ValueError):
+    """A store, shard or quota problem; the message names the file or the numbers."""
+
+
+def _join(root: str, name: str) -> str:
+    return root.rstrip("/") + "/" + name
+
+
+def shard_name(index: int) -> str:
+    return f"shard-{index:05d}.npz"
+
+
+def pack(x: np.ndarray, y: np.ndarray, root: str, shard_size: int) -> ShardStore:
+    """Write ``x`` and ``y`` (same length) as shards of ``shard_size`` samples into ``root``."""
+    if len(x) != len(y):
+        raise ValueError(f"x has {len(x)} samples but y has {len(y)}")
+    if shard_size < 1:
+        raise ValueError(f"shard_size must be >= 1, got {shard_size}")
+    fs, path = fsspec.core.url_to_fs(root)
+    fs.makedirs(path, exist_ok=True)
+    shards = []
+    for index, start in enumerate(range(0, len(x), shard_size)):
+        buffer = io.BytesIO()
+        np.savez(buffer, x=x[start: start + shard_size], y=y[start: start + shard_size])
+        data = buffer.getvalue()
+        with fs.open(_join(path, shard_name(index)), "wb") as f:
+            f.write(data)
+        shards.append({"name": shard_name(index), "samples": int(min(shard_size, len(x) - start)),
+                       "bytes": len(data), "md5": hashlib.md5(data).hexdigest()})
+    manifest = {"format": FORMAT, "num_samples": int(len(x)), "shard_size": int(shard_size),
+                "x_shape": list(x.shape[1:]), "x_dtype": str(x.dtype), "y_dtype": str(y.dtype), "shards": shards}
+    with fs.open(_join(path, MANIFEST), "w") as f:
+        json.dump(manifest, f, indent=1)
+    return ShardStore(root)
+
+
+@dataclass
+class ShardStore:
+    """A packed store: its manifest, and loading of shards (verified against their md5)."""
+
+    root: str
+
+    def __post_init__(self) -> None:
+        self.fs, self.path = fsspec.core.url_to_fs(self.root)
+        manifest_path = _join(self.path, MANIFEST)
+        if not self.fs.exists(manifest_path):
+            raise ShardError(f"{self.root} is not a shard store: {MANIFEST} is missing (write one with "
+                             "`lightning-hybrid data pack`)")
+        with self.fs.open(manifest_path, "r") as f:
+            self.manifest = json.load(f)
+        if self.manifest.get("format") != FORMAT:
+            raise ShardError(f"{self.root}/{MANIFEST}: unknown format {self.manifest.get('format')!r}, expected {FORMAT}")
+        self.shards = self.manifest["shards"]
+
+    @property
+    def num_shards(self) -> int:
+        return len(self.shards)
+
+    @property
+    def num_samples(self) -> int:
+        return int(self.manifest["num_samples"])
+
+    @property
+    def largest_shard_bytes(self) -> int:
+        return max(s["bytes"] for s in self.shards)
+
+    def load_shard(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+        """One shard's ``(x, y)``; a missing or corrupt shard raises a ShardError naming it."""
+        entry = self.shards[index]
+        location = _join(self.path, entry["name"])
+        try:
+            with self.fs.open(location, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            raise ShardError(f"shard {entry['name']} of {self.root} is missing; repack the store") from None
+        if hashlib.md5(data).hexdigest() != entry["md5"]:
+            raise ShardError(f"shard {entry['name']} of {self.root} is corrupt (md5 mismatch); repack the store")
+        with np.load(io.BytesIO(data)) as arrays:
+            x, y = arrays["x"], arrays["y"]
+        if len(x) != entry["samples"]:
+            raise ShardError(f"shard {entry['name']} of {self.root} holds {len(x)} samples, the manifest says {entry['samples']}")
+        return x, y
+
+    def load(self, indices: Sequence[int], threads: int = 4) -> tuple[np.ndarray, np.ndarray]:
+        """The given shards, read concurrently and concatenated in order."""
+        if not indices:
+            shape = tuple(self.manifest["x_shape"])
+            return np.empty((0, *shape), self.manifest["x_dtype"]), np.empty((0,), self.manifest["y_dtype"])
+        with ThreadPoolExecutor(max_workers=max(1, min(threads, len(indices)))) as pool:
+            parts = list(pool.map(self.load_shard, indices))
+        return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+
+    def check_quota(self, quota_bytes: float, workers: int) -> None:
+        """Raise a ShardError when a shard, or one worker's share, does not fit ``quota_bytes``."""
+        if quota_bytes < self.largest_shard_bytes:
+            raise ShardError(f"the memory quota ({quota_bytes / 2**20:.2f} MiB) is smaller than one shard "
+                             f"({self.largest_shard_bytes / 2**20:.2f} MiB); raise the quota or repack with smaller shards")
+        for rank in range(workers):
+            need = sum(self.shards[i]["bytes"] for i in assign_shards(self.num_shards, workers, rank))
+            if need > quota_bytes:
+                raise ShardError(
+                    f"the dataset is too big for the quota: worker {rank} of {workers} must hold {need / 2**20:.2f} MiB "
+                    f"but the quota is {quota_bytes / 2**20:.2f} MiB; use more workers or a bigger quota"
+                )
+
+
+def assign_shards(num_shards: int, workers: int, rank: int) -> list[int]:
+    """The shards worker ``rank`` of ``workers`` loads: round robin, every shard to exactly one worker."""
+    if not 0 <= rank < workers:
+        raise ValueError(f"rank must be in [0, {workers}), got {rank}")
+    return list(range(rank, num_shards, workers))
+
+
+def logical_workers(quota_bytes: float, cores: int | None = None, memory_bytes: float | None = None) -> int:
+    """cNeural's load balance: a machine hosts ``k = min(cores, memory / quota)`` logical workers."""
+    cores = cores if cores is not None else (os.cpu_count() or 1)
+    if memory_bytes is None:
+        memory_bytes = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    k = int(min(cores, memory_bytes // quota_bytes))
+    if k < 1:
+        raise ShardError(f"the memory quota ({quota_bytes / 2**30:.2f} GiB) is larger than this machine's memory "
+                         f"({memory_bytes / 2**30:.2f} GiB); lower the quota")
+    return k
