@@ -218,24 +218,7 @@ class Problem:
 
         Returns ``(bottleneck, bounds)``; the bottleneck is ``inf`` when no cut fits the memory.
         """
-        n = self.n
-        best = np.full(n + 1, np.inf)
-        best[0] = 0.0
-        choices = []
-        for device in order:
-            candidates = np.maximum(best[:, None], self.table(device))  # [i, j]
-            arg = np.argmin(candidates, axis=0)
-            best = candidates[arg, np.arange(n + 1)]
-            choices.append(arg)
-        if not np.isfinite(best[n]):
-            return math.inf, []
-        bounds = []
-        stop = n
-        for arg in reversed(choices):
-            start = int(arg[stop])
-            bounds.append((start, stop))
-            stop = start
-        return float(best[n]), bounds[::-1]
+        return min_max_cuts([self.table(device) for device in order])
 
     def lower_bound(self) -> float:
         """No placement on ``k`` of these devices has a smaller bottleneck than this."""
@@ -243,3 +226,27 @@ class Problem:
         balanced = self.cost_prefix[-1] / sum(fastest[: self.k])
         largest_block = max(b.cost for b in self.blocks) / fastest[0]
         return float(max(balanced, largest_block))
+
+
+def min_max_cuts(tables: Sequence[np.ndarray]) -> tuple[float, list[tuple[int, int]]]:
+    """Cut ``0..n`` into ``len(tables)`` non-empty contiguous parts minimising the largest part cost,
+    part ``s`` of ``i:j`` costing ``tables[s][i, j]`` (``inf``: not allowed). Returns ``(cost, bounds)``,
+    ``(inf, [])`` when no cut is allowed."""
+    n = tables[0].shape[0] - 1
+    best = np.full(n + 1, np.inf)
+    best[0] = 0.0
+    choices = []
+    for table in tables:
+        candidates = np.maximum(best[:, None], table)  # [i, j]
+        arg = np.argmin(candidates, axis=0)
+        best = candidates[arg, np.arange(n + 1)]
+        choices.append(arg)
+    if not np.isfinite(best[n]):
+        return math.inf, []
+    bounds = []
+    stop = n
+    for arg in reversed(choices):
+        start = int(arg[stop])
+        bounds.append((start, stop))
+        stop = start
+    return float(best[n]), bounds[::-1]

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from lightning_hybrid.placement.problem import InfeasiblePlacementError, Placement, Problem
+from lightning_hybrid.placement.problem import InfeasiblePlacementError, Placement, Problem, min_max_cuts
 
 
 def exact(problem: Problem) -> Placement:
@@ -68,18 +68,7 @@ def _balanced_bounds(weights: Sequence[float], k: int) -> list[tuple[int, int]]:
     prefix = np.concatenate([[0.0], np.cumsum(weights, dtype=float)])
     i, j = np.arange(n + 1)[:, None], np.arange(n + 1)[None, :]
     table = np.where(j > i, prefix[j] - prefix[i], np.inf)
-    best = np.concatenate([[0.0], np.full(n, np.inf)])
-    choices = []
-    for _ in range(k):
-        candidates = np.maximum(best[:, None], table)
-        arg = np.argmin(candidates, axis=0)
-        best = candidates[arg, np.arange(n + 1)]
-        choices.append(arg)
-    bounds, stop = [], n
-    for arg in reversed(choices):
-        bounds.append((int(arg[stop]), stop))
-        stop = int(arg[stop])
-    return bounds[::-1]
+    return min_max_cuts([table] * k)[1]
 
 
 def _in_given_order(problem: Problem, method: str, bounds: list[tuple[int, int]], start_time: float) -> Placement:

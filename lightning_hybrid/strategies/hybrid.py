@@ -397,32 +397,22 @@ class HybridParallelStrategy(UnwrappedDDPStrategy):
 
     def optimizer_step(self, optimizer: Any, closure: Callable[[], Any], model: Any = None, **kwargs: Any) -> Any:
         model = model or self.lightning_module
-        if self.gradient_sync == "delayed" and self.data_parallel > 1 and self.exchange is None:
-            self.exchange = DelayedAllReduce(list(self.stage_module.parameters()), self.delay, group=self._dp_group)
-        if self.exchange is not None:
+        if self.data_parallel == 1:
+            return super().optimizer_step(optimizer, closure, model, **kwargs)
+        if self.exchange is None:  # the replicas' all-reduce; delay 0 averages at once
+            delay = self.delay if self.gradient_sync == "delayed" else 0
+            self.exchange = DelayedAllReduce(list(self.stage_module.parameters()), delay, group=self._dp_group)
+        if self.gradient_sync == "delayed":  # clip the replica's own gradient, apply the average later
             step = ReplacedStep(unwrap_optimizer(optimizer), self._exchange_and_step)
             return self.precision_plugin.optimizer_step(step, model=model, closure=closure, **kwargs)
 
-        def synced_closure() -> Any:
+        def averaged_closure() -> Any:  # average before Lightning clips the gradients
             result = closure()
-            self._average_gradients()
+            self.exchange.push()
+            self.exchange.load_ready_into_grads()
             return result
 
-        return super().optimizer_step(optimizer, synced_closure, model, **kwargs)
-
-    def _average_gradients(self) -> None:
-        if self.data_parallel == 1 or self.stage_module is None:
-            return
-        grads = [p.grad for p in self.stage_module.parameters() if p.grad is not None]
-        if not grads:
-            return
-        flat = torch.cat([g.flatten() for g in grads])
-        dist.all_reduce(flat, group=self._dp_group)
-        flat /= self.data_parallel
-        offset = 0
-        for g in grads:
-            g.copy_(flat[offset: offset + g.numel()].view_as(g))
-            offset += g.numel()
+        return super().optimizer_step(optimizer, averaged_closure, model, **kwargs)
 
     def _exchange_and_step(self, optimizer: torch.optim.Optimizer) -> None:
         self.exchange.push()
