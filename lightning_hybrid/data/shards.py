@@ -20,7 +20,7 @@ import hashlib
 import io
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -47,24 +47,125 @@ def pack(x: np.ndarray, y: np.ndarray, root: str, shard_size: int) -> ShardStore
     """Write ``x`` and ``y`` (same length) as shards of ``shard_size`` samples into ``root``."""
     if len(x) != len(y):
         raise ValueError(f"x has {len(x)} samples but y has {len(y)}")
-    if shard_size < 1:
-        raise ValueError(f"shard_size must be >= 1, got {shard_size}")
-    fs, path = fsspec.core.url_to_fs(root)
-    fs.makedirs(path, exist_ok=True)
-    shards = []
-    for index, start in enumerate(range(0, len(x), shard_size)):
+    with ShardWriter(root, shard_size) as writer:
+        writer.write(x, y)
+    return writer.store
+
+
+class ShardWriter:
+    """Write a store batch by batch: the streaming form of :func:`pack` (which uses it).
+
+    ``write(x, y)`` buffers samples and writes every full shard of ``shard_size`` samples as soon as
+    it has one, so memory stays at about one shard plus the batch; ``close()`` writes the last,
+    partial shard and then the manifest, and returns the :class:`ShardStore`. As a context manager it
+    closes on a normal exit; after an exception it writes no manifest, so a half-written store never
+    loads. Any manifest already in ``root`` is deleted when the writer opens, for the same reason.
+    Every batch must have the same per-sample shape and the same dtypes as the first. ``on_shard``,
+    when given, is called with the writer after each shard is written (for progress reports).
+
+    Example::
+
+        >>> import numpy as np
+        >>> with ShardWriter("memory://doc-writer", shard_size=4) as writer:
+        ...     for start in range(0, 10, 3):
+        ...         y = np.arange(start, min(start + 3, 10))
+        ...         writer.write(np.full((len(y), 2), start, np.uint8), y)
+        >>> [s["samples"] for s in writer.store.shards], writer.store.load([2])[1].tolist()
+        ([4, 4, 2], [8, 9])
+    """
+
+    def __init__(self, root: str, shard_size: int, on_shard: Callable[[ShardWriter], None] | None = None) -> None:
+        if shard_size < 1:
+            raise ValueError(f"shard_size must be >= 1, got {shard_size}")
+        self.root, self.shard_size, self.on_shard = root, int(shard_size), on_shard
+        self.fs, self.path = fsspec.core.url_to_fs(root)
+        self.fs.makedirs(self.path, exist_ok=True)
+        if self.fs.exists(_join(self.path, MANIFEST)):
+            self.fs.rm(_join(self.path, MANIFEST))
+        self.shards: list[dict] = []
+        self.num_samples = 0  # samples written to shards so far (not counting the buffer)
+        self.store: ShardStore | None = None
+        self._pending: list[tuple[np.ndarray, np.ndarray]] = []
+        self._pending_samples = 0
+        self._x_spec: tuple[tuple[int, ...], np.dtype] | None = None
+        self._y_spec: tuple[tuple[int, ...], np.dtype] | None = None
+
+    def __enter__(self) -> ShardWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None and self.store is None:
+            self.close()
+
+    def write(self, x: np.ndarray, y: np.ndarray) -> None:
+        """Add a batch (``x`` and ``y`` of the same length); writes each shard that fills up."""
+        if self.store is not None:
+            raise ShardError(f"the writer of {self.root} is closed")
+        x, y = np.asarray(x), np.asarray(y)
+        if x.ndim == 0 or y.ndim == 0 or len(x) != len(y):
+            raise ValueError(f"x has {len(x) if x.ndim else 'no'} samples but y has {len(y) if y.ndim else 'no'}")
+        self._x_spec = self._check_spec("x", x, self._x_spec)
+        self._y_spec = self._check_spec("y", y, self._y_spec)
+        start = 0
+        if self._pending_samples:  # top the buffer up to a full shard first
+            take = min(self.shard_size - self._pending_samples, len(x))
+            self._buffer(x[:take], y[:take])
+            start = take
+            if self._pending_samples < self.shard_size:
+                return
+            px, py = (np.concatenate(parts) for parts in zip(*self._pending))
+            self._pending, self._pending_samples = [], 0
+            self._write_shard(px, py)
+        while len(x) - start >= self.shard_size:  # full shards straight from the batch, no copy
+            self._write_shard(x[start: start + self.shard_size], y[start: start + self.shard_size])
+            start += self.shard_size
+        if start < len(x):
+            self._buffer(x[start:], y[start:])
+
+    def close(self) -> ShardStore:
+        """Write the last, partial shard and the manifest; return the store (again on a second call)."""
+        if self.store is not None:
+            return self.store
+        if self._x_spec is None or self._y_spec is None:
+            raise ShardError(f"nothing was written to {self.root}; a store needs at least one (possibly empty) batch")
+        if self._pending_samples:
+            px, py = (np.concatenate(parts) for parts in zip(*self._pending))
+            self._pending, self._pending_samples = [], 0
+            self._write_shard(px, py)
+        (x_shape, x_dtype), (_, y_dtype) = self._x_spec, self._y_spec
+        manifest = {"format": FORMAT, "num_samples": int(self.num_samples), "shard_size": self.shard_size,
+                    "x_shape": list(x_shape), "x_dtype": str(x_dtype), "y_dtype": str(y_dtype),
+                    "shards": self.shards}
+        with self.fs.open(_join(self.path, MANIFEST), "w") as f:
+            json.dump(manifest, f, indent=1)
+        self.store = ShardStore(self.root)
+        return self.store
+
+    def _check_spec(self, name: str, a: np.ndarray, spec):
+        if spec is None:
+            return a.shape[1:], a.dtype
+        if (a.shape[1:], a.dtype) != spec:
+            raise ValueError(f"{name} batch has per-sample shape {a.shape[1:]} and dtype {a.dtype}, but the first "
+                             f"batch of {self.root} had {spec[0]} and {spec[1]}")
+        return spec
+
+    def _buffer(self, x: np.ndarray, y: np.ndarray) -> None:
+        if len(x):
+            self._pending.append((x.copy(), y.copy()))  # copies: the caller may reuse its arrays
+            self._pending_samples += len(x)
+
+    def _write_shard(self, x: np.ndarray, y: np.ndarray) -> None:
+        index = len(self.shards)
         buffer = io.BytesIO()
-        np.savez(buffer, x=x[start: start + shard_size], y=y[start: start + shard_size])
+        np.savez(buffer, x=x, y=y)
         data = buffer.getvalue()
-        with fs.open(_join(path, shard_name(index)), "wb") as f:
+        with self.fs.open(_join(self.path, shard_name(index)), "wb") as f:
             f.write(data)
-        shards.append({"name": shard_name(index), "samples": int(min(shard_size, len(x) - start)),
-                       "bytes": len(data), "md5": hashlib.md5(data).hexdigest()})
-    manifest = {"format": FORMAT, "num_samples": int(len(x)), "shard_size": int(shard_size),
-                "x_shape": list(x.shape[1:]), "x_dtype": str(x.dtype), "y_dtype": str(y.dtype), "shards": shards}
-    with fs.open(_join(path, MANIFEST), "w") as f:
-        json.dump(manifest, f, indent=1)
-    return ShardStore(root)
+        self.shards.append({"name": shard_name(index), "samples": int(len(x)),
+                            "bytes": len(data), "md5": hashlib.md5(data).hexdigest()})
+        self.num_samples += len(x)
+        if self.on_shard is not None:
+            self.on_shard(self)
 
 
 @dataclass
