@@ -11,7 +11,9 @@ requests one at a time:
 * ``PUSH``: a gradient and the learning rates the worker's scheduler gives (and, optionally, a
   request for the worker's next batch, which then comes back with the parameters). With staleness > 0 it
   is applied at once by the optimizer; with staleness 0 the round's gradients are averaged into
-  one step. Whether and when the worker gets the newest parameters back is the
+  one step, each weighted by the weight it comes with: 1 per mini-batch, or, in batch mode
+  (cNeural, paper 002), the number of samples whose gradients a worker summed over its whole
+  shard, so that the step takes the mean gradient over the whole training set. Whether and when the worker gets the newest parameters back is the
   :class:`~lightning_hybrid.comm.sync_controller.SyncController`'s decision.
 * ``FINISH``: the worker's data ran out; when every worker has finished, all receive the same
   parameters (the epoch's global synchronization) and the next epoch may begin.
@@ -48,8 +50,8 @@ class Optimization:
     optimizer: torch.optim.Optimizer
     flat_params: torch.Tensor
     flat_grads: torch.Tensor
-    round_sum: torch.Tensor | None = None  # staleness 0: the round's summed gradients
-    round_count: int = 0
+    round_sum: torch.Tensor | None = None  # staleness 0: the round's gradients, each times its weight
+    round_weight: int = 0  # staleness 0: the weights summed (pushes, or samples in batch mode)
 
 
 def flatten_in_place(params: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -154,7 +156,7 @@ class ParameterServer:
         else:
             self._reply(worker, [Op.CHUNK, chunk.numel()], chunk)
 
-    def handle_push(self, worker: int, num_groups: int, numel: int, chunk_epoch: int) -> None:
+    def handle_push(self, worker: int, num_groups: int, numel: int, chunk_epoch: int, weight: int = 1) -> None:
         # Receive the whole message first, so that a refusal never leaves the worker blocked in a send.
         lrs = self._recv_payload(worker, torch.empty(num_groups, dtype=torch.float64))
         opt = self.opt
@@ -167,8 +169,8 @@ class ParameterServer:
             group["lr"] = lr
         staleness = 0
         if self.controller.bsp:
-            opt.round_sum += grads
-            opt.round_count += 1
+            opt.round_sum += grads  # a batch-mode push is already a sum over `weight` samples
+            opt.round_weight += weight
         else:
             staleness = self.version - self.read_version[worker]
             self._step()
@@ -199,11 +201,12 @@ class ParameterServer:
 
     def _apply(self, decision) -> None:
         opt = self.opt
-        if decision.apply_round and opt.round_count:
-            opt.flat_grads.copy_(opt.round_sum).div_(opt.round_count)
+        if decision.apply_round and opt.round_weight:
+            opt.flat_grads.copy_(opt.round_sum).div_(opt.round_weight)
             self._step()
+        if decision.apply_round:
             opt.round_sum.zero_()
-            opt.round_count = 0
+            opt.round_weight = 0
         for w in decision.release:
             self._send_params(w, Op.PUSH)
 
@@ -212,7 +215,7 @@ class ParameterServer:
         handlers = {
             Op.INIT: lambda w, h: self.handle_init(w, h[2]),
             Op.CHUNK: lambda w, h: self.handle_chunk(w, *h[2:8]),
-            Op.PUSH: lambda w, h: self.handle_push(w, h[2], h[3], h[4]),
+            Op.PUSH: lambda w, h: self.handle_push(w, h[2], h[3], h[4], h[5]),
             Op.FINISH: lambda w, h: self.handle_finish(w),
             Op.STATE: lambda w, h: self.handle_state(w),
         }

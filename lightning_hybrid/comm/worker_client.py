@@ -87,16 +87,23 @@ class ParameterServerClient:
         return info
 
     def push(
-        self, flat_grad: torch.Tensor, lrs: Sequence[float], out: torch.Tensor, next_chunk_of_epoch: int | None = None
+        self,
+        flat_grad: torch.Tensor,
+        lrs: Sequence[float],
+        out: torch.Tensor,
+        next_chunk_of_epoch: int | None = None,
+        weight: int = 1,
     ) -> PullInfo:
         """Push a gradient; block until the server lets this worker go on; newest parameters into ``out``.
 
         With ``next_chunk_of_epoch``, the worker's next batch of that epoch comes back with the
         parameters (``PullInfo.chunk``, or ``PullInfo.epoch_over``), saving a CHUNK round trip.
+        With staleness 0 the server divides the round's summed pushes by their summed ``weight``:
+        push a mean gradient with weight 1, or a sum over ``n`` samples with weight ``n``.
         """
         lr_tensor = torch.tensor(list(lrs), dtype=torch.float64)
         want = -1 if next_chunk_of_epoch is None else next_chunk_of_epoch
-        reply = self._request(Op.PUSH, [len(lrs), flat_grad.numel(), want], [lr_tensor, flat_grad])
+        reply = self._request(Op.PUSH, [len(lrs), flat_grad.numel(), want, weight], [lr_tensor, flat_grad])
         return self._receive_params(reply, out)
 
     def finish(self, out: torch.Tensor) -> PullInfo:

@@ -104,6 +104,18 @@ class SSPStrategy(UnwrappedDDPStrategy):
             error (a dead or stalled worker ends the run instead of hanging it).
         process_group_backend: backend of the workers' own group (``None``: gloo on CPU, nccl on
             GPU); the server channel is always gloo.
+        batch_mode: cNeural's batch-mode master-worker training (Gu et al. 2013, paper 002) instead
+            of per-step pushes: each worker trains through its own share of the data (Lightning's
+            distributed sampler, or the resident shards of
+            :class:`~lightning_hybrid.data.ShardDataModule`) without talking to the server, summing
+            every mini-batch's gradient times its sample count; at the end of the pass (the
+            epoch) each pushes that sum once, the server applies the mean over all samples of all
+            workers in one optimizer step and every worker gets the new parameters. ``staleness``
+            and ``sync`` do not apply (the pass is one bulk-synchronous round); one worker is
+            allowed. The paper's update adds the summed changes with a learning rate; that is
+            this step with the learning rate times the training-set size. Per-epoch checkpoints
+            (``ModelCheckpoint(every_n_epochs=1, save_last=True)``) plus ``fit(ckpt_path="last")``
+            give its crash recovery: rerunning the job resumes from the last completed pass.
 
     Semantics to know:
 
@@ -126,6 +138,7 @@ class SSPStrategy(UnwrappedDDPStrategy):
         >>> from lightning_hybrid import SSPStrategy
         >>> trainer = pl.Trainer(accelerator="cpu", devices=2, strategy=SSPStrategy(staleness=3))
         >>> # trainer.fit(model, datamodule)        or: pl.Trainer(strategy="ssp", devices=4)
+        >>> cneural = SSPStrategy(batch_mode=True)  # one full-batch update per pass; alias "cneural"
     """
 
     strategy_name = "ssp"
@@ -141,12 +154,16 @@ class SSPStrategy(UnwrappedDDPStrategy):
         checkpoint_io: Any = None,
         precision_plugin: Any = None,
         process_group_backend: str | None = None,
+        batch_mode: bool = False,
     ) -> None:
         super().__init__(
             accelerator, parallel_devices, cluster_environment, checkpoint_io, precision_plugin, process_group_backend
         )
+        self.batch_mode = bool(batch_mode)
         self.staleness = validate_staleness(staleness, sync)
         self.sync = sync
+        if self.batch_mode:  # the server collects one push per worker per pass: a bulk-synchronous round
+            self.staleness, self.sync = 0.0, "delay"
         if not timeout > 0:
             raise ValueError(f"timeout must be a positive number of seconds, got {timeout}")
         self.timeout = float(timeout)
@@ -165,6 +182,10 @@ class SSPStrategy(UnwrappedDDPStrategy):
         self._async = False
         self._limit_train_batches: int | float = 1.0
         self._warned_local_reduce = False
+        # Batch mode: this pass's gradient sum (each mini-batch's gradient times its sample count).
+        self._pass_grad: torch.Tensor | None = None
+        self._pass_samples = 0
+        self._step_samples = 0  # samples of the mini-batches since the last optimizer step
         self._reset_epoch_stats()
 
     # ------------------------------------------------------------------ launching and checks
@@ -174,7 +195,7 @@ class SSPStrategy(UnwrappedDDPStrategy):
 
     def check_trainer(self, trainer: pl.Trainer, model: pl.LightningModule | None) -> None:
         """Refuse what SSP cannot run, with what to do instead (called before workers start)."""
-        if self.num_workers < 2:
+        if self.num_workers < (1 if self.batch_mode else 2):
             raise ValueError(
                 f"SSPStrategy needs at least two workers, got {self.num_workers}; set devices=2 or more "
                 "(CPU: each device is one worker process)."
@@ -191,7 +212,7 @@ class SSPStrategy(UnwrappedDDPStrategy):
                 f"val_check_interval={trainer.val_check_interval}. Use check_val_every_n_epoch instead."
             )
         limit = trainer.limit_train_batches
-        if isinstance(limit, float) and limit != 1.0:
+        if isinstance(limit, float) and limit != 1.0 and not self.batch_mode:
             raise ValueError(
                 f"SSPStrategy supports limit_train_batches as an integer (batches per worker, pooled) or 1.0, got {limit}"
             )
@@ -211,6 +232,8 @@ class SSPStrategy(UnwrappedDDPStrategy):
         self._open_server_channel()
         self.attach_sync_points(trainer)
         self._make_sigterm_check_local(trainer)
+        if self.batch_mode:  # every worker iterates its own data; Lightning's limits apply as usual
+            return
         # The server decides how many batches each worker gets; an integer limit_train_batches caps the
         # epoch's total (limit x workers) there. Lightning must see the epoch as of unknown length, so
         # that it ends, and validates, when the server's data runs out.
@@ -248,7 +271,10 @@ class SSPStrategy(UnwrappedDDPStrategy):
 
     def process_dataloader(self, dataloader: object) -> object:
         trainer = self.lightning_module.trainer if self.lightning_module is not None else None
-        if self.client is None or trainer is None or not trainer.training or not isinstance(dataloader, DataLoader):
+        if (
+            self.client is None or self.batch_mode or trainer is None or not trainer.training
+            or not isinstance(dataloader, DataLoader)
+        ):
             return dataloader
         if dataloader.batch_size is None:
             raise ValueError("SSPStrategy needs a training DataLoader with a batch_size (the server deals batches)")
@@ -288,12 +314,12 @@ class SSPStrategy(UnwrappedDDPStrategy):
         if self.client is None:
             return super().optimizer_step(optimizer, closure, model, **kwargs)
         model = model or self.lightning_module
-        step = ReplacedStep(unwrap_optimizer(optimizer), self._push_and_pull)  # push and pull instead of stepping
+        # Instead of stepping: push and pull, or (batch mode) add the gradient to the pass's sum.
+        step = ReplacedStep(unwrap_optimizer(optimizer), self._accumulate if self.batch_mode else self._push_and_pull)
         return self.precision_plugin.optimizer_step(step, model=model, closure=closure, **kwargs)
 
     def _push_and_pull(self, optimizer: torch.optim.Optimizer) -> None:
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self._params]
-        flat_grad = torch.cat([g.reshape(-1) for g in grads]).to("cpu", torch.float32)
+        flat_grad = self._flat_grad()
         start = time.perf_counter()
         want = None if self._data_epoch_over or self._dealt_epoch is None else self._dealt_epoch
         info = self.client.push(flat_grad, [group["lr"] for group in optimizer.param_groups], self._flat, want)
@@ -310,6 +336,31 @@ class SSPStrategy(UnwrappedDDPStrategy):
         stats["max_gap"] = max(stats["max_gap"], info.max_gap)
         self._load_flat()
 
+    def _flat_grad(self) -> torch.Tensor:
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self._params]
+        return torch.cat([g.reshape(-1) for g in grads]).to("cpu", torch.float32)
+
+    def _accumulate(self, optimizer: torch.optim.Optimizer) -> None:
+        """Batch mode: add this step's mean gradient times its sample count to the pass's sum."""
+        if self._pass_grad is None:
+            self._pass_grad = torch.zeros_like(self._flat)
+        self._pass_grad.add_(self._flat_grad(), alpha=float(self._step_samples))
+        self._pass_samples += self._step_samples
+        self._step_samples = 0
+        self._epoch["iterations"] += 1
+
+    def _push_pass(self) -> None:
+        """Batch mode, end of the pass: push the gradient sum once; the server steps once all have."""
+        flat = self._pass_grad if self._pass_grad is not None else torch.zeros_like(self._flat)
+        lrs = [group["lr"] for group in self.optimizers[0].param_groups]
+        start = time.perf_counter()
+        self.client.push(flat, lrs, self._flat, weight=self._pass_samples)
+        waited = time.perf_counter() - start
+        self.communication_wait_s += waited
+        self._epoch["wait_s"] += waited
+        self._pass_grad, self._pass_samples, self._step_samples = None, 0, 0
+        self._load_flat()
+
     def _load_flat(self) -> None:
         offset = 0
         with torch.no_grad():
@@ -323,7 +374,9 @@ class SSPStrategy(UnwrappedDDPStrategy):
             if not self._async:  # the epoch's first batch (on_train_epoch_start is skipped on some restarts)
                 self._begin_async_phase()
             first = batch[0] if isinstance(batch, (list, tuple)) else batch
-            self._epoch["samples"] += len(first) if hasattr(first, "__len__") else 0
+            samples = len(first) if hasattr(first, "__len__") else 1
+            self._epoch["samples"] += samples
+            self._step_samples += samples
         super().on_train_batch_start(batch, batch_idx)
 
     # ------------------------------------------------------------------ sync points
@@ -340,6 +393,8 @@ class SSPStrategy(UnwrappedDDPStrategy):
         if not self._async or self.client is None:
             return
         self._epoch["train_s"] = time.perf_counter() - self._epoch_start
+        if self.batch_mode:
+            self._push_pass()
         self._pull_at_sync()
         self._async = False
 
@@ -435,3 +490,7 @@ class SSPStrategy(UnwrappedDDPStrategy):
             "ssp_bounded", cls, description="Stale-synchronous parallel (Ho et al. 2013), staleness 3", sync="bounded"
         )
         strategy_registry.register("ssp_async", cls, description="Fully asynchronous parameter server", staleness=math.inf)
+        strategy_registry.register(
+            "cneural", cls, description="Batch-mode master-worker training, one update per pass (Gu et al. 2013)",
+            batch_mode=True,
+        )

@@ -1,0 +1,195 @@
+"""cNeural (paper 002): resident shards per worker, batch-mode master-worker training, crash recovery."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import pytorch_lightning as pl
+import torch
+import torch.nn.functional as F
+
+from lightning_hybrid import SSPStrategy
+from lightning_hybrid.data import ShardDataModule, ShardError, pack
+from lightning_hybrid.models import MLP
+
+MEAN, STD = 0.1307, 0.3081
+
+
+def digits(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """uint8 28x28 images: a fixed template per class plus noise (learnable, not trivially)."""
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 10, n)
+    templates = np.random.default_rng(99).random((10, 1, 28, 28))
+    x = np.clip(templates[y] * 200 + rng.normal(0, 60, (n, 1, 28, 28)), 0, 255).astype(np.uint8)
+    return x, y.astype(np.int64)
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory) -> dict[str, str]:
+    root = tmp_path_factory.mktemp("stores")
+    pack(*digits(2000, 1), str(root / "train"), shard_size=250)
+    pack(*digits(200, 2), str(root / "test"), shard_size=100)
+    return {"train": str(root / "train"), "test": str(root / "test")}
+
+
+# ---------------------------------------------------------------------- the datamodule, in one process
+def test_each_worker_holds_its_own_shards_once(stores):
+    x_all, y_all = digits(2000, 1)
+    seen = []
+    for rank in range(3):
+        dm = ShardDataModule(stores["train"], quota="1MiB", mean=MEAN, std=STD)
+        share = dm.load_share(rank, 3)
+        assert dm.load_seconds is not None and dm.load_seconds >= 0
+        assert share.x.dtype == torch.uint8  # resident in the stored dtype
+        seen.append(share.x.reshape(len(share), -1).numpy())
+    together = np.concatenate(seen)
+    assert len(together) == 2000
+    # Every sample exactly once across the workers (as a multiset of images).
+    assert sorted(map(bytes, together)) == sorted(map(bytes, x_all.reshape(2000, -1)))
+
+
+def test_batches_are_converted_and_normalized(stores):
+    dm = ShardDataModule(stores["train"], quota="2MiB", mean=MEAN, std=STD, batch_size=64)
+    dm.setup("fit")
+    x, y = next(iter(dm.train_dataloader()))
+    assert x.shape == (64, 1, 28, 28) and x.dtype == torch.float32 and y.dtype == torch.int64
+    raw = dm.train_set.x[:3].float() / 255
+    assert torch.allclose(dm.train_set[0][0], (raw[0] - MEAN) / STD)
+    assert dm.logical_workers == min(os.cpu_count(), (os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")) // 2**21)
+
+
+def test_quota_and_worker_errors(stores):
+    with pytest.raises(ShardError, match="smaller than one shard"):
+        ShardDataModule(stores["train"], quota="100KiB").load_share(0, 2)
+    with pytest.raises(ShardError, match="too big for the quota"):
+        ShardDataModule(stores["train"], quota="400KiB").load_share(0, 2)  # 4 shards of ~196 KiB each
+    with pytest.raises(ShardError, match="8 shards for 9 workers"):
+        ShardDataModule(stores["train"], quota="10MiB").load_share(0, 9)
+    with pytest.raises(ValueError, match="quota must be positive"):
+        ShardDataModule(stores["train"], quota=0)
+    dm = ShardDataModule(stores["train"], quota="10MiB", resident=False)
+    dm.trainer = pl.Trainer(accelerator="cpu", devices=1, logger=False, enable_checkpointing=False)
+    with pytest.raises(ValueError, match="reload_dataloaders_every_n_epochs=1"):
+        dm.setup("fit")
+
+
+def test_not_resident_rereads_the_store_every_epoch(stores, tmp_path):
+    dm = ShardDataModule(stores["train"], quota="10MiB", resident=False)
+    dm.setup("fit")
+    first = dm.train_set
+    dm.train_dataloader()
+    assert dm.train_set is not first and torch.equal(dm.train_set.x, first.x)
+
+
+def test_batch_mode_strategy_api():
+    assert "cneural" in pl.strategies.StrategyRegistry
+    strategy = SSPStrategy(batch_mode=True, staleness=5)
+    assert strategy.batch_mode and strategy.staleness == 0  # one bulk-synchronous round per pass
+    trainer = pl.Trainer(accelerator="cpu", devices=1, strategy=strategy, logger=False, limit_train_batches=0.5)
+    strategy.check_trainer(trainer, None)  # one worker and fractional limits are fine in batch mode
+    with pytest.raises(ValueError, match="at least two workers"):
+        SSPStrategy().check_trainer(pl.Trainer(accelerator="cpu", devices=1, strategy=SSPStrategy(), logger=False), None)
+
+
+# ---------------------------------------------------------------------- batch mode + crash recovery, real processes
+def _children(pid: int) -> list[tuple[int, str]]:
+    """(pid, command line) of the live child processes of ``pid`` (Linux /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == pid:
+            found.append((int(entry.name), cmdline))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _full_batch_reference(checkpoint: dict, x: np.ndarray, y: np.ndarray, epochs: int) -> dict[str, torch.Tensor]:
+    """Plain one-process full-batch gradient descent from a checkpoint's parameters and momentum."""
+    net = MLP(hidden=(16,))
+    net.load_state_dict({k.removeprefix("net."): v for k, v in checkpoint["state_dict"].items()})
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.5, momentum=0.9)
+    optimizer.load_state_dict(checkpoint["optimizer_states"][0])
+    inputs = (torch.from_numpy(x).float() / 255 - MEAN) / STD
+    for _ in range(epochs):
+        optimizer.zero_grad()
+        F.cross_entropy(net(inputs), torch.from_numpy(y)).backward()
+        optimizer.step()
+    return {f"net.{k}": v for k, v in net.state_dict().items()}
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("victim", ["worker", "master"])
+def test_a_killed_run_resumes_from_its_last_epoch_and_loses_nothing(stores, tmp_path, victim):
+    """Batch mode equals full-batch gradient descent, and after SIGKILL of a worker (or of the
+    parameter server) the same command resumes from the last completed epoch's saved parameters
+    and optimizer state: the final parameters are those of an uninterrupted run."""
+    run_dir = tmp_path / "run"
+    command = [
+        sys.executable, "-m", "lightning_hybrid.cli", "experiment=gu2013_cneural",
+        f"data.train_store={stores['train']}", f"data.val_store={stores['test']}", "data.test_store=null",
+        "data.batch_size=100", "model.hidden=[16]", "trainer.devices=2", "trainer.max_epochs=8", "test=false",
+        "strategy.timeout=60", f"hydra.run.dir={run_dir}", "trainer.enable_progress_bar=false",
+    ]
+    env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_RANK", "MASTER_PORT", "WORLD_SIZE", "NODE_RANK")}
+    env["PYTHONWARNINGS"] = "ignore"
+    last = run_dir / "checkpoints" / "last.ckpt"
+    log = (tmp_path / "first.log").open("w")
+    first = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 180
+    while not (run_dir / "checkpoints" / "epoch001.ckpt").exists():
+        assert first.poll() is None, f"the run ended before its second epoch:\n{(tmp_path / 'first.log').read_text()[-4000:]}"
+        assert time.monotonic() < deadline, "no checkpoint of epoch 1 within 180 s"
+        time.sleep(0.05)
+    needle = "lightning_hybrid.cli" if victim == "worker" else "lightning_hybrid.comm.parameter_server"
+    (target,) = [pid for pid, cmdline in _children(first.pid) if needle in cmdline]
+    server = [pid for pid, cmdline in _children(first.pid) if "parameter_server" in cmdline]
+    os.kill(target, signal.SIGSTOP)  # frozen mid-run: no further epoch can complete without it
+    os.kill(target, signal.SIGKILL)
+    try:
+        code = first.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        first.kill()
+        pytest.fail(f"the run hung after its {victim} was killed:\n{(tmp_path / 'first.log').read_text()[-4000:]}")
+    assert code != 0
+    deadline = time.monotonic() + 30
+    while server and _alive(server[0]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not (server and _alive(server[0])), "the parameter server outlived its run"
+
+    saved = torch.load(last, map_location="cpu", weights_only=False)
+    completed = saved["epoch"]  # the last epoch completed before the crash
+    assert 1 <= completed < 7
+
+    second = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    assert second.returncode == 0, second.stderr[-5000:]
+    assert "Restoring states from the checkpoint path" in second.stdout + second.stderr
+    final = torch.load(last, map_location="cpu", weights_only=False)
+    assert final["epoch"] == 7
+    expected = _full_batch_reference(saved, *digits(2000, 1), epochs=7 - completed)
+    for name, value in expected.items():
+        torch.testing.assert_close(final["state_dict"][name], value, rtol=1e-5, atol=1e-6, msg=name)
+    # The epochs before the crash were not redone: the rerun logged only the epochs after it.
+    csv = sorted(run_dir.glob("**/metrics.csv"))[-1].read_text().splitlines()
+    epoch_column = csv[0].split(",").index("epoch")
+    logged = {int(float(row.split(",")[epoch_column])) for row in csv[1:] if row.split(",")[epoch_column]}
+    assert min(logged) == completed + 1
