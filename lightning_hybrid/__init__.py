@@ -1,8 +1,20 @@
 """lightning-hybrid: PyTorch Lightning strategies for distributed training on heterogeneous hardware."""
 
 from lightning_hybrid.classifier import ClassifierModule
-from lightning_hybrid.strategies import AllReduceASGDStrategy, HybridParallelStrategy, SSPStrategy
+from lightning_hybrid.strategies import (
+    AllReduceASGDStrategy,
+    HybridParallelStrategy,
+    PartitionedInferenceStrategy,
+    SSPStrategy,
+)
 
 __version__ = "0.1.0"
 
-__all__ = ["AllReduceASGDStrategy", "ClassifierModule", "HybridParallelStrategy", "SSPStrategy", "__version__"]
+__all__ = [
+    "AllReduceASGDStrategy",
+    "ClassifierModule",
+    "HybridParallelStrategy",
+    "PartitionedInferenceStrategy",
+    "SSPStrategy",
+    "__version__",
+]

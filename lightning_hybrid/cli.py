@@ -99,6 +99,17 @@ def check_resources(cfg: DictConfig, trainer: pl.Trainer) -> None:
             callback.check_strategy(trainer.strategy)
 
 
+def set_cpu_threads(cfg: DictConfig, trainer: pl.Trainer) -> None:
+    """Give each CPU process its share of the cores (``cpu_threads_per_process``; ``auto``: cores /
+    processes on this machine), so that N processes do not run N x cores threads on the cores."""
+    threads = cfg.get("cpu_threads_per_process", "auto")
+    if threads in (None, "none") or not isinstance(trainer.accelerator, CPUAccelerator):
+        return
+    if threads == "auto":
+        threads = max(1, (os.cpu_count() or 1) // max(1, trainer.num_devices))
+    torch.set_num_threads(int(threads))
+
+
 def _selected_config_flags(argv: list[str]) -> list[str]:
     """The ``--config-name``-style flags (with their values) from a command line."""
     kept: list[str] = []
@@ -171,14 +182,21 @@ def train(cfg: DictConfig) -> dict[str, float]:
             cfg.trainer, strategy=build_strategy(cfg.strategy), callbacks=build_callbacks(cfg), logger=loggers or False
         )
         check_resources(cfg, trainer)
+        set_cpu_threads(cfg, trainer)
         for logger in trainer.loggers:
             logger.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
         with child_ranks_rerun_this_job():
-            trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
-            metrics = final_metrics(trainer)
-            best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
+            metrics, best = {}, ""
+            if cfg.get("fit", True):
+                trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+                metrics = final_metrics(trainer)
+                best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
+            elif not cfg.get("test", True):
+                raise ValueError("fit=false and test=false leave nothing to do")
             if cfg.get("test", True):
-                trainer.test(module, datamodule=datamodule, ckpt_path=best or None, verbose=False)
+                # Without fitting, test the weights of ckpt_path (an inference-only strategy, e.g. partitioned_inference).
+                ckpt = best or (None if cfg.get("fit", True) else cfg.get("ckpt_path"))
+                trainer.test(module, datamodule=datamodule, ckpt_path=ckpt, verbose=False)
                 metrics.update(final_metrics(trainer, prefix="test/"))
         if trainer.is_global_zero:
             report(metrics, Path(cfg.paths.output_dir), best)

@@ -179,3 +179,17 @@ def test_plan_command_prints_every_method(capsys):
     assert "LeNet5: 7 blocks" in text
     with pytest.raises(SystemExit, match="unknown argument"):
         plan_command(["devics=[1,2]"])
+
+
+def test_partitioned_inference_tests_a_trained_checkpoint_through_the_cli(tmp_path):
+    """fit=false + ckpt_path: the test set through two ranks of unequal ability gives the single-process
+    test metrics."""
+    trained, partitioned = tmp_path / "trained", tmp_path / "partitioned"
+    run_cli(*SMOKE, f"hydra.run.dir={trained}", cwd=tmp_path)
+    run_cli(
+        *SMOKE, "strategy=partitioned_inference", "strategy.abilities=[1,2]", "trainer.devices=2", "fit=false",
+        f"ckpt_path={trained}/checkpoints/last.ckpt", f"hydra.run.dir={partitioned}", cwd=tmp_path,
+    )
+    single, split = read_metrics(trained), read_metrics(partitioned)
+    assert split["test/acc"] == pytest.approx(single["test/acc"], abs=1e-6)
+    assert split["test/loss"] == pytest.approx(single["test/loss"], rel=1e-5)

@@ -149,6 +149,10 @@ class HeterogeneitySimulator(pl.Callback):
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage != "fit":
+            # Inference: only a strategy that runs one input across ranks (partitioned inference) is slowed.
+            if self.slowdown is not None and hasattr(trainer.strategy, "inject_compute_slowdown"):
+                self.check_world_size(trainer.world_size)
+                trainer.strategy.inject_compute_slowdown(self.slowdown[trainer.global_rank])
             return
         self.check_world_size(trainer.world_size)
         self.check_strategy(trainer.strategy)

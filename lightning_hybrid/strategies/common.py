@@ -12,6 +12,8 @@ from pytorch_lightning.strategies import DDPStrategy
 from pytorch_lightning.strategies.launchers import _SubprocessScriptLauncher
 from pytorch_lightning.trainer.states import TrainerFn
 
+from lightning_hybrid.pipeline.protocol import pipeline_blocks
+
 
 class SyncPoints(Callback):
     """Calls a strategy at the points where Lightning reads, saves or reduces the model:
@@ -39,17 +41,20 @@ class SyncPoints(Callback):
 
 
 class CheckingLauncher(_SubprocessScriptLauncher):
-    """Lightning's subprocess launcher that first calls ``strategy.check_trainer(trainer, model)``,
-    so that a run the strategy cannot do fails before any other process starts."""
+    """Lightning's subprocess launcher that first calls ``strategy.check_trainer(trainer, model)``
+    (fitting) or ``strategy.check_evaluation(trainer, model)`` (validate, test, predict; when the
+    strategy has it), so that a run the strategy cannot do fails before any other process starts."""
 
     def __init__(self, strategy: Any, *args: Any) -> None:
         super().__init__(*args)
         self.strategy = strategy
 
     def launch(self, function: Callable, *args: Any, trainer: pl.Trainer | None = None, **kwargs: Any) -> Any:
+        model = args[0] if args and isinstance(args[0], pl.LightningModule) else None
         if trainer is not None and trainer.state.fn == TrainerFn.FITTING:
-            model = args[0] if args and isinstance(args[0], pl.LightningModule) else None
             self.strategy.check_trainer(trainer, model)
+        elif trainer is not None and hasattr(self.strategy, "check_evaluation"):
+            self.strategy.check_evaluation(trainer, model)
         return super().launch(function, *args, trainer=trainer, **kwargs)
 
 
@@ -162,3 +167,30 @@ class UnwrappedDDPStrategy(DDPStrategy):
                 module.trainer.callbacks.remove(self._own_callback)
         self._own_callback = None
         super().teardown()
+
+
+class RoutedEvaluation:
+    """Mixin for a strategy whose validation, test and predict steps run the module's block
+    sequence (``pipeline_blocks()``) another way: while a step runs, the sequence's ``forward`` is
+    :meth:`routed_forward`'s function, so the module's own step logic (loss, metrics, argmax) stays.
+    Put it before the strategy base class."""
+
+    def routed_forward(self, blocks_seq: torch.nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
+        raise NotImplementedError
+
+    def _through_routed_blocks(self, hook: str, *args: Any, **kwargs: Any) -> Any:
+        blocks_seq = pipeline_blocks(self.lightning_module)
+        blocks_seq.forward = self.routed_forward(blocks_seq)  # instance attribute: nn.Module calls it
+        try:
+            return getattr(super(), hook)(*args, **kwargs)
+        finally:
+            del blocks_seq.forward
+
+    def validation_step(self, *args: Any, **kwargs: Any) -> Any:
+        return self._through_routed_blocks("validation_step", *args, **kwargs)
+
+    def test_step(self, *args: Any, **kwargs: Any) -> Any:
+        return self._through_routed_blocks("test_step", *args, **kwargs)
+
+    def predict_step(self, *args: Any, **kwargs: Any) -> Any:
+        return self._through_routed_blocks("predict_step", *args, **kwargs)

@@ -27,6 +27,7 @@ from lightning_hybrid.placement import (
 from lightning_hybrid.placement.problem import Problem
 from lightning_hybrid.strategies.common import (
     ReplacedStep,
+    RoutedEvaluation,
     UnwrappedDDPStrategy,
     refuse_grad_scaler,
     refuse_manual_optimization,
@@ -39,7 +40,7 @@ log = logging.getLogger(__name__)
 SCHEDULES = {"1F1B": Schedule1F1B, "GPipe": ScheduleGPipe}
 
 
-class HybridParallelStrategy(UnwrappedDDPStrategy):
+class HybridParallelStrategy(RoutedEvaluation, UnwrappedDDPStrategy):
     """Pipeline parallelism x data parallelism, with the stages placed on devices by GABRA (or another method).
 
     The LightningModule's block sequence (``pipeline_blocks()``, see
@@ -456,7 +457,7 @@ class HybridParallelStrategy(UnwrappedDDPStrategy):
         plugin._hybrid_clip_wrapped = True
 
     # ------------------------------------------------------------------ evaluation through the pipeline
-    def _pipelined_forward(self, blocks_seq: torch.nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
+    def routed_forward(self, blocks_seq: torch.nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
         def forward(x: torch.Tensor) -> torch.Tensor:
             self._ensure_pipeline(x)
             schedule = self._schedule(len(x), train=False)
@@ -465,23 +466,6 @@ class HybridParallelStrategy(UnwrappedDDPStrategy):
             return self._share_from_last_stage(output if was_last else None)
 
         return forward
-
-    def _through_pipeline(self, hook: str, *args: Any, **kwargs: Any) -> Any:
-        blocks_seq = pipeline_blocks(self.lightning_module)
-        blocks_seq.forward = self._pipelined_forward(blocks_seq)  # instance attribute: nn.Module calls it
-        try:
-            return getattr(super(), hook)(*args, **kwargs)
-        finally:
-            del blocks_seq.forward
-
-    def validation_step(self, *args: Any, **kwargs: Any) -> Any:
-        return self._through_pipeline("validation_step", *args, **kwargs)
-
-    def test_step(self, *args: Any, **kwargs: Any) -> Any:
-        return self._through_pipeline("test_step", *args, **kwargs)
-
-    def predict_step(self, *args: Any, **kwargs: Any) -> Any:
-        return self._through_pipeline("predict_step", *args, **kwargs)
 
     # ------------------------------------------------------------------ full checkpoints
     def gather_model(self) -> None:
