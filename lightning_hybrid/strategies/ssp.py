@@ -116,6 +116,8 @@ class SSPStrategy(UnwrappedDDPStrategy):
             this step with the learning rate times the training-set size. Per-epoch checkpoints
             (``ModelCheckpoint(every_n_epochs=1, save_last=True)``) plus ``fit(ckpt_path="last")``
             give its crash recovery: rerunning the job resumes from the last completed pass.
+            Learning-rate schedulers should use ``interval: epoch`` (one update per pass; a
+            ``step`` interval advances per mini-batch).
 
     Semantics to know:
 
