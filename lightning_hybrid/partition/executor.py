@@ -64,6 +64,17 @@ def _participates(step: Step, worker: int, region: Box | None) -> bool:
     return step.kind == "owner" or (step.out_boxes[worker] is not None and not step.out_boxes[worker].empty)
 
 
+def _local_input(step: Step, worker: int, region: Box, held: torch.Tensor | None,
+                 received: list[tuple[Box, torch.Tensor]], batch: int, like: torch.Tensor,
+                 axes: tuple[int, ...]) -> torch.Tensor:
+    """``worker``'s input ``region`` of ``step``: the pieces it received plus what it holds itself."""
+    pieces = list(received)
+    own = step.in_boxes[worker]
+    if own is not None and not region.intersect(own).empty:
+        pieces.append((region.intersect(own), slice_box(held, own, region.intersect(own), axes)))
+    return assemble(pieces, region, batch, step.in_shape, axes, like)
+
+
 @dataclass
 class LayerTraffic:
     """One layer's data movement: bytes each worker sends, and the workers each exchanges with."""
@@ -139,11 +150,7 @@ def simulate(plan: PartitionPlan, x: torch.Tensor) -> torch.Tensor:
             region = _region(step, w, axes)
             if not _participates(step, w, region):
                 continue
-            own = step.in_boxes[w]
-            pieces = list(incoming[w])
-            if own is not None and not region.intersect(own).empty:
-                pieces.append((region.intersect(own), slice_box(held[w], own, region.intersect(own), axes)))
-            inputs = assemble(pieces, region, batch, step.in_shape, axes, x)
+            inputs = _local_input(step, w, region, held[w], incoming[w], batch, x, axes)
             new[w] = compute(step, w, inputs, axes)
         held = new
     last = plan.steps[-1]
@@ -217,20 +224,13 @@ class DistributedExecutor:
                 for work in dist.batch_isend_irecv(ops):
                     work.wait()
             region = _region(step, me, axes)
-            participates = _participates(step, me, region)
-            if participates:
-                own = step.in_boxes[me]
-                pieces = list(received)
-                if own is not None and not region.intersect(own).empty:
-                    pieces.append((region.intersect(own), slice_box(held, own, region.intersect(own), axes)))
-                inputs = assemble(pieces, region, batch, step.in_shape, axes, x)
-            middle = time.perf_counter()
-            held = compute(step, me, inputs, axes) if participates else None
-            done = time.perf_counter()
-            if self.slowdown > 1.0 and participates:
-                self._sleep((self.slowdown - 1.0) * (done - middle))
-            stats.transfer_s[me] += middle - start
-            stats.compute_s[me] += time.perf_counter() - middle
+            stats.transfer_s[me] += time.perf_counter() - start
+            if _participates(step, me, region):
+                inputs = _local_input(step, me, region, held, received, batch, x, axes)
+                held, compute_s = self._compute(lambda: compute(step, me, inputs, axes))
+                stats.compute_s[me] += compute_s
+            else:
+                held = None
         last = plan.steps[-1]
         out_shape = [batch, *last.out_shape]
         if last.spatial:  # collect the spread output on the owner
