@@ -55,8 +55,13 @@ def plan_partition(
     fc_partition: str = "mscc_fgcp",
     min_sparsity: float = 0.5,
     seed: int = 0,
+    ability_unit: float = 1e9,
 ) -> PartitionPlan:
-    """Plan ``net`` for ``len(abilities)`` workers (worker 0 is the group owner)."""
+    """Plan ``net`` for ``len(abilities)`` workers (worker 0 is the group owner).
+
+    ``ability_unit`` is what an ability of 1 means in multiply-accumulates per second for the FC
+    cost model (default: relative abilities of 1 GMAC/s devices; 0.5 for abilities in FLOP/s, as
+    the strategy's probe measures them)."""
     if fc_partition not in FC_PARTITIONS:
         raise PartitionError(f"unknown fc_partition {fc_partition!r}; choose one of {FC_PARTITIONS}")
     spatial = plan_network(net, sample_shape, abilities, conv_partition)
@@ -74,9 +79,10 @@ def plan_partition(
             method = "rows"
             plan.fc_notes[index] = f"dense ({100 * sparsity:.0f}% zeros < {100 * min_sparsity:.0f}%): split by rows"
         if method == "rows":
-            plan.fc[index] = rows_partition(weight.numpy(), worker_abilities)
+            plan.fc[index] = rows_partition(weight.numpy(), worker_abilities, ability_unit=ability_unit)
         else:
-            plan.fc[index] = mscc_fgcp_partition(weight.numpy(), worker_abilities, go_ability=go_ability, seed=seed)
+            plan.fc[index] = mscc_fgcp_partition(weight.numpy(), worker_abilities, go_ability=go_ability, seed=seed,
+                                                 ability_unit=ability_unit)
     return plan
 
 

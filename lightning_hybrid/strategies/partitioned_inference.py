@@ -167,10 +167,12 @@ class PartitionedInferenceStrategy(RoutedEvaluation, UnwrappedDDPStrategy):
         executor = self._executors.get(sample_shape)
         if executor is not None:
             return executor
-        abilities = self.abilities if self.abilities is not None else self._measured_abilities()
+        probed = self.abilities is None
+        abilities = self._measured_abilities() if probed else self.abilities
         net = pipeline_blocks(self.lightning_module)
         try:
-            plan = plan_partition(net, sample_shape, abilities, self.conv_partition, self.fc_partition, self.min_sparsity)
+            plan = plan_partition(net, sample_shape, abilities, self.conv_partition, self.fc_partition, self.min_sparsity,
+                                  ability_unit=0.5 if probed else 1e9)  # probed: FLOP/s = 2 x MAC/s
         except PartitionError as err:
             raise ValueError(f"PartitionedInferenceStrategy: {err}") from None
         signature = [[(s.kind, s.out_boxes) for s in plan.steps], {i: fc.owner.tolist() for i, fc in plan.fc.items()}]
