@@ -85,6 +85,8 @@ def test_not_resident_rereads_the_store_every_epoch(stores, tmp_path):
     dm.setup("fit")
     first = dm.train_set
     dm.train_dataloader()
+    assert dm.train_set is first  # the first epoch uses what setup loaded
+    dm.train_dataloader()
     assert dm.train_set is not first and torch.equal(dm.train_set.x, first.x)
 
 

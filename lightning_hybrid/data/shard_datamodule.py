@@ -136,6 +136,7 @@ class ShardDataModule(pl.LightningDataModule):
         self.load_seconds: float | None = None
         self.logical_workers: int | None = None
         self._share: tuple[int, int] = (0, 1)
+        self._used = False  # whether the loaded share has served an epoch (resident=False reloads after that)
 
     # ------------------------------------------------------------------ loading
     def _placement(self) -> tuple[int, int, int]:
@@ -193,6 +194,7 @@ class ShardDataModule(pl.LightningDataModule):
             self._check_machine(local_workers)
             if self.train_set is None or self._share != (rank, world_size):
                 self.train_set = self.load_share(rank, world_size)
+                self._used = False
                 log.info("worker %d/%d: %d resident samples (%.1f MiB) loaded in %.2f s", rank, world_size,
                          len(self.train_set), self.train_set.nbytes / 2**20, self.load_seconds)
         if stage in (None, "fit", "validate") and self.val_set is None:
@@ -213,8 +215,9 @@ class ShardDataModule(pl.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         if self.train_set is None:
             raise RuntimeError("ShardDataModule.setup('fit') must run before train_dataloader()")
-        if not self.hparams.resident:  # the baseline: read the shards again, every epoch
+        if not self.hparams.resident and self._used:  # the baseline: read the shards again, every epoch
             self.train_set = self.load_share(*self._share)
+        self._used = True
         rank = self._share[0]
         return self._loader(self.train_set, "train", LocalShuffleSampler(self.train_set, self.hparams.seed, rank))
 
