@@ -166,9 +166,14 @@ def _fc_by_parts(fc: FCPartition, linear: nn.Linear, x: torch.Tensor) -> torch.T
     for party in [GO, *range(fc.workers)]:
         part = fc.part(party)
         if part.nnz:
-            partial = _part_product(fc_weights(fc, linear, party), x[:, torch.as_tensor(part.in_cols)])
-            y.index_add_(1, torch.as_tensor(part.out_rows), partial)
+            partial = _part_product(fc_weights(fc, linear, party).to(x.device), x[:, _index(part.in_cols, x)])
+            y.index_add_(1, _index(part.out_rows, x), partial)
     return y if linear.bias is None else y + linear.bias
+
+
+def _index(positions, like: torch.Tensor) -> torch.Tensor:
+    """Row or column positions of an FC part as an index tensor on ``like``'s device."""
+    return torch.as_tensor(positions, device=like.device)
 
 
 def _part_product(weights: torch.Tensor, inputs: torch.Tensor) -> torch.Tensor:
@@ -188,7 +193,8 @@ class DistributedExecutor:
         self.slowdown, self._sleep = slowdown, sleep
         # Each fully-connected layer: the weights of this rank's part (the owner: its GO part), cut once.
         party = GO if rank == OWNER else rank - 1
-        self._fc_weights = {i: fc_weights(fc, plan.steps[i].module, party) for i, fc in plan.fc.items()}
+        self._fc_weights = {i: fc_weights(fc, plan.steps[i].module, party).to(plan.steps[i].module.weight.device)
+                            for i, fc in plan.fc.items()}
         self.traffic = [LayerTraffic(s.name, f"fc:{plan.fc[i].method}" if i in plan.fc else s.kind, [0] * plan.workers,
                                      [set() for _ in range(plan.workers)], [0.0] * plan.workers, [0.0] * plan.workers)
                         for i, s in enumerate(plan.steps)]
@@ -287,7 +293,7 @@ class DistributedExecutor:
         for worker, part in enumerate(fc.parts):
             if not part.nnz:
                 continue
-            inputs = held[:, torch.as_tensor(part.in_cols)].contiguous()
+            inputs = held[:, _index(part.in_cols, held)].contiguous()
             buffer = like.new_empty(batch, part.out_rows.size)
             ops += [dist.P2POp(dist.isend, inputs, self._global(worker + 1), self.group),
                     dist.P2POp(dist.irecv, buffer, self._global(worker + 1), self.group)]
@@ -297,12 +303,12 @@ class DistributedExecutor:
         works = dist.batch_isend_irecv(ops) if ops else []
         own = fc.go_part
         y, compute_s = self._compute(lambda: held.new_zeros(batch, linear.out_features).index_add_(
-            1, torch.as_tensor(own.out_rows), _part_product(weights, held[:, torch.as_tensor(own.in_cols)]))
+            1, _index(own.out_rows, held), _part_product(weights, held[:, _index(own.in_cols, held)]))
             if own.nnz else held.new_zeros(batch, linear.out_features))
         for work in works:
             work.wait()
         for part, buffer in partials:
-            y.index_add_(1, torch.as_tensor(part.out_rows), buffer)
+            y.index_add_(1, _index(part.out_rows, y), buffer)
         stats.compute_s[me] += compute_s
         stats.transfer_s[me] += time.perf_counter() - start - compute_s
         return y if linear.bias is None else y + linear.bias

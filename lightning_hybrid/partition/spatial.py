@@ -86,6 +86,12 @@ class Box:
         return math.prod(max(0, hi - lo) for lo, hi in self.ranges)
 
 
+def module_device(module: nn.Module) -> torch.device:
+    """Where ``module``'s parameters (or buffers) live; the CPU for a module without any."""
+    tensor = next(iter([*module.parameters(), *module.buffers()]), None)
+    return tensor.device if tensor is not None else torch.device("cpu")
+
+
 def full_box(shape: Sequence[int], axes: Sequence[int]) -> Box:
     """All of a sample of ``shape`` (``Box(())`` when it no longer has the split axes, e.g. after flatten)."""
     return Box(tuple((0, shape[a]) for a in axes)) if len(shape) > max(axes) else Box(())
@@ -188,7 +194,7 @@ def measure_halo(module: nn.Module, in_shape: Sequence[int], axis: int, seed: in
     overlapping slices along tensor dimension ``axis`` (0 is the batch), measured on random data; None if none does
     (the module is not spatially local along that axis, e.g. self-attention or global pooling)."""
     generator = torch.Generator().manual_seed(seed)
-    x = torch.randn(1, *in_shape, generator=generator)
+    x = torch.randn(1, *in_shape, generator=generator).to(module_device(module))
     full = module(x)
     if full.dim() != x.dim():
         return None
@@ -315,7 +321,7 @@ def plan_network(
     leaves = _leaves(net)
     shapes: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
     with torch.no_grad():
-        x = torch.zeros(1, *sample_shape)
+        x = torch.zeros(1, *sample_shape, device=module_device(net))
         for name, module in leaves:
             try:
                 y = module(x)
