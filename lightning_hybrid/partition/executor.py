@@ -198,7 +198,6 @@ class DistributedExecutor:
         self.traffic = [LayerTraffic(s.name, f"fc:{plan.fc[i].method}" if i in plan.fc else s.kind, [0] * plan.workers,
                                      [set() for _ in range(plan.workers)], [0.0] * plan.workers, [0.0] * plan.workers)
                         for i, s in enumerate(plan.steps)]
-        self.batches = 0
 
     def _global(self, worker: int) -> int:
         return worker if self.group is None else dist.get_global_rank(self.group, worker)
@@ -260,7 +259,6 @@ class DistributedExecutor:
                 held = assemble(pieces, full_box(last.out_shape, axes), batch, last.out_shape, axes, x)
         result = held if me == OWNER else x.new_empty(out_shape)
         dist.broadcast(result, self._global(OWNER), group=self.group)
-        self.batches += 1
         return result
 
     def _compute(self, fn: Callable[[], torch.Tensor]) -> tuple[torch.Tensor, float]:

@@ -141,7 +141,6 @@ class NetworkPlan:
     workers: int
     scheme: str
     abilities: tuple[float, ...]
-    output_shape: tuple[int, ...]
 
 
 # ---------------------------------------------------------------------- layer classification
@@ -359,7 +358,7 @@ def plan_network(
                 step.out_boxes = [full_box(step.out_shape, axes) if w == OWNER else None for w in range(workers)]
                 step.needed = [full_box(step.in_shape, axes) if w == OWNER else None for w in range(workers)]
         owned = step.out_boxes
-    return NetworkPlan(steps, axes, workers, scheme, abilities, steps[-1].out_shape if steps else sample_shape)
+    return NetworkPlan(steps, axes, workers, scheme, abilities)
 
 
 def _check_first_layer(steps: list[Step], axes: tuple[int, ...], scheme: str, abilities: Sequence[float]) -> None:

@@ -172,11 +172,17 @@ class UnwrappedDDPStrategy(DDPStrategy):
 class RoutedEvaluation:
     """Mixin for a strategy whose validation, test and predict steps run the module's block
     sequence (``pipeline_blocks()``) another way: while a step runs, the sequence's ``forward`` is
-    :meth:`routed_forward`'s function, so the module's own step logic (loss, metrics, argmax) stays.
+    the function the subclass's ``routed_forward(blocks_seq)`` returns, so the module's own step
+    logic (loss, metrics, argmax) stays.
     Put it before the strategy base class."""
 
-    def routed_forward(self, blocks_seq: torch.nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
-        raise NotImplementedError
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if not callable(getattr(cls, "routed_forward", None)):
+            raise TypeError(
+                f"{cls.__name__} uses RoutedEvaluation: define routed_forward(self, blocks_seq), returning the "
+                "function that replaces blocks_seq.forward during validation, test and predict"
+            )
 
     def _through_routed_blocks(self, hook: str, *args: Any, **kwargs: Any) -> Any:
         blocks_seq = pipeline_blocks(self.lightning_module)
