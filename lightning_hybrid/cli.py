@@ -27,7 +27,7 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf, read_write
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from pytorch_lightning.accelerators import CPUAccelerator
 
 from lightning_hybrid.classifier import ClassifierModule
@@ -97,6 +97,33 @@ def check_resources(cfg: DictConfig, trainer: pl.Trainer) -> None:
         if isinstance(callback, HeterogeneitySimulator):
             callback.check_world_size(trainer.world_size)
             callback.check_strategy(trainer.strategy)
+
+
+def spread_processes_over_gpus(cfg: DictConfig, gpus: int) -> None:
+    """Refuse ``trainer=gpu`` on a machine without CUDA. ``trainer.devices=N`` on a machine with fewer GPUs:
+    N processes on the ``gpus`` GPUs, when the
+    strategy can run several processes on one device (``strategy.processes_per_device``); Lightning
+    refuses more devices than GPUs otherwise. A count that does not divide evenly is refused."""
+    devices, accelerator = cfg.trainer.get("devices"), str(cfg.trainer.get("accelerator", "auto"))
+    if gpus < 1 and accelerator in ("gpu", "cuda"):
+        raise ValueError(
+            f"trainer.accelerator={accelerator} (trainer=gpu) but this machine has no CUDA device that torch "
+            f"{torch.__version__} can use; set trainer=cpu (or trainer.accelerator=cpu), or install a CUDA build of torch"
+        )
+    if gpus < 1 or accelerator not in ("gpu", "cuda", "auto") or not isinstance(devices, int) or devices <= gpus:
+        return
+    if "processes_per_device" not in cfg.strategy:
+        return  # Lightning's own error names the devices this machine has
+    if devices % gpus:
+        raise ValueError(
+            f"trainer.devices={devices} processes cannot be spread evenly over this machine's {gpus} GPUs; use a "
+            f"multiple of {gpus}, or set strategy.processes_per_device with trainer.devices<={gpus}"
+        )
+    with read_write(cfg), open_dict(cfg):
+        cfg.trainer.devices = gpus
+        cfg.strategy.processes_per_device = devices // gpus
+    log.info("trainer.devices=%d on %d GPU(s): %d processes per GPU (strategy.processes_per_device=%d)",
+             devices, gpus, devices // gpus, devices // gpus)
 
 
 def set_cpu_threads(cfg: DictConfig, trainer: pl.Trainer) -> None:
@@ -175,6 +202,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     """Fit, then test, the configured run; return its final metrics (rank 0 also reports them)."""
     with job_scope():
         pl.seed_everything(cfg.seed, workers=True)
+        spread_processes_over_gpus(cfg, torch.cuda.device_count() if torch.cuda.is_available() else 0)
         datamodule = build(cfg.data)
         module = build_module(cfg)
         loggers = [build(c) for c in (cfg.get("logger") or {}).values()]

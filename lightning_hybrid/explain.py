@@ -96,14 +96,16 @@ def explain_run(run_dir: Path, image: Path, target_class: int, out: Path, checkp
     from omegaconf import OmegaConf
 
     cfg = OmegaConf.load(run_dir / ".hydra" / "config.yaml")
+    if "cache_dir" in cfg.data:  # only the preprocessing is used here, and ${hydra:...} paths resolve in a run only
+        cfg.data.cache, cfg.data.cache_dir = None, None
     net = instantiate(cfg.model, _convert_="all")
     ckpt = checkpoint or run_dir / "checkpoints" / "last.ckpt"
     state = torch.load(ckpt, map_location="cpu", weights_only=True)["state_dict"]
     net.load_state_dict({k[len("net."):]: v for k, v in state.items() if k.startswith("net.")})
     datamodule = instantiate(cfg.data, _convert_="all")
-    if not hasattr(datamodule, "_transforms"):
+    if not hasattr(datamodule, "preprocessing"):
         raise ValueError(f"the run's data ({cfg.data._target_}) is not a volume datamodule; explain needs ADNI-style data")
-    preprocessed = datamodule._transforms(train=False, keep_meta=True)({"image": str(image)})["image"]
+    preprocessed = datamodule.preprocessing(keep_meta=True)({"image": str(image)})["image"]
     volume = torch.as_tensor(preprocessed)[None]
     heatmap = grad_cam(net, volume, target_class, layer)
     affine = np.asarray(preprocessed.affine, dtype=np.float64)

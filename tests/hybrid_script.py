@@ -70,6 +70,8 @@ def main() -> None:
     parser.add_argument("--slowdown", default=None)
     parser.add_argument("--resume", default=None)
     parser.add_argument("--model", default="lenet5", help="lenet5 | resattnet (3D-ResAttNet-18, base 4, 16^3 input)")
+    parser.add_argument("--accelerator", default="cpu")
+    parser.add_argument("--precision", default="32-true")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     placement = args.placement if not args.placement[0].isdigit() else [int(s) for s in args.placement.split(",")]
@@ -83,9 +85,10 @@ def main() -> None:
     if args.slowdown:
         callbacks.append(HeterogeneitySimulator(slowdown=[float(s) for s in args.slowdown.split(",")]))
     trainer = pl.Trainer(
-        accelerator="cpu", devices=args.stages * args.dp, strategy=strategy, max_epochs=args.epochs, logger=False,
-        enable_progress_bar=False, enable_model_summary=False, callbacks=callbacks,
+        accelerator=args.accelerator, devices=args.stages * args.dp, strategy=strategy, max_epochs=args.epochs,
+        logger=False, enable_progress_bar=False, enable_model_summary=False, callbacks=callbacks,
         gradient_clip_val=args.clip, accumulate_grad_batches=args.accumulate, deterministic=True,
+        precision=args.precision,
     )
     module = make_module(args.lr, args.momentum, args.model)
     data = make_data(args.samples, args.model)

@@ -48,20 +48,24 @@ def main() -> None:
     parser.add_argument("--abilities", default="1,2")
     parser.add_argument("--conv", default="bodp")
     parser.add_argument("--fc", default="mscc_fgcp")
+    parser.add_argument("--accelerator", default="cpu")
+    parser.add_argument("--processes-per-device", type=int, default=1)
     args = parser.parse_args()
     abilities = [float(a) for a in args.abilities.split(",")]
-    strategy = PartitionedInferenceStrategy(abilities=abilities, conv_partition=args.conv, fc_partition=args.fc)
-    trainer = pl.Trainer(accelerator="cpu", devices=len(abilities), strategy=strategy, logger=False,
+    strategy = PartitionedInferenceStrategy(abilities=abilities, conv_partition=args.conv, fc_partition=args.fc,
+                                            processes_per_device=args.processes_per_device)
+    devices = len(abilities) // args.processes_per_device
+    trainer = pl.Trainer(accelerator=args.accelerator, devices=devices, strategy=strategy, logger=False,
                          enable_progress_bar=False, enable_model_summary=False)
     for name in args.models:
         net, shape = build(name)
         module = LogitsClassifier(net, optimizer=torch.optim.SGD)
         inputs = torch.randn(5, *shape, generator=torch.Generator().manual_seed(1))
+        net.eval()
+        with torch.no_grad():  # the plain model's logits, on the device the strategy runs on
+            reference = net.to(strategy.root_device)(inputs.to(strategy.root_device)).cpu()
         loader = DataLoader(TensorDataset(inputs, torch.zeros(5, dtype=torch.long)), batch_size=2)
-        logits = torch.cat(trainer.predict(module, dataloaders=loader))
-        module.eval()
-        with torch.no_grad():
-            reference = net(inputs)
+        logits = torch.cat(trainer.predict(module, dataloaders=loader)).cpu()
         torch.save({"logits": logits, "reference": reference, "traffic": strategy.traffic,
                     "notes": {s.name: s.note for s in strategy.plan.steps if s.note}},
                    args.out / f"{name}_rank{trainer.global_rank}.pt")

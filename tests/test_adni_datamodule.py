@@ -19,7 +19,7 @@ from lightning_hybrid.data import ADNIDataModule, BadItemError
 from lightning_hybrid.data.synth_adni import write_synthetic_adni
 from lightning_hybrid.models import ResAttNet3D
 
-SMALL = dict(image_shape=(32, 32, 32), batch_size=4, cache=None, augment=False)
+SMALL = dict(image_shape=(32, 32, 32), batch_size=4, cache=None, augment=False, num_workers=0)
 
 
 @pytest.fixture(scope="module")
@@ -157,3 +157,52 @@ def test_disk_cache_decodes_each_volume_once(synth, tmp_path):
     dm2.setup()
     again = [x for x, _ in dm2.train_dataloader()]
     assert all(torch.equal(a, b) for a, b in zip(first, again))
+
+
+def test_memory_cache_persists_between_runs_in_cache_dir(synth, tmp_path, monkeypatch):
+    settings = dict(image_shape=(32, 32, 32), batch_size=4, augment=False, cache="memory", cache_dir=tmp_path / "c",
+                    num_workers=0)
+    dm = ADNIDataModule(synth, **settings)
+    dm.setup()
+    assert len(list((tmp_path / "c").glob("*.pt"))) == sum(len(v) for v in dm.splits.values())
+    first = torch.stack([x for x, _ in dm.train_set])
+    from monai.transforms import LoadImaged
+
+    def no_decoding(self, data, reader=None):
+        raise AssertionError("a cached volume was decoded again")
+
+    monkeypatch.setattr(LoadImaged, "__call__", no_decoding)
+    again = ADNIDataModule(synth, **settings)
+    again.setup()  # every volume read from the disk cache
+    assert torch.equal(torch.stack([x for x, _ in again.train_set]), first)
+    changed = ADNIDataModule(synth, **{**settings, "image_shape": (24, 24, 24)})
+    with pytest.raises(RuntimeError) as raised:  # other preprocessing settings: other cache entries
+        changed.setup()
+    assert "decoded again" in str(raised.value.__cause__)
+
+
+def test_loader_settings_feed_an_accelerator(synth):
+    dm = ADNIDataModule(synth, image_shape=(32, 32, 32), batch_size=4, cache=None)
+    dm.setup()
+    loader = dm.train_dataloader()
+    assert loader.num_workers == 2 and loader.persistent_workers and loader.prefetch_factor == 4
+    assert loader.pin_memory == torch.cuda.is_available()
+    assert ADNIDataModule(synth, augment_on="workers", cache=None).loader_workers >= 1
+    with pytest.raises(ValueError, match="augment_on"):
+        ADNIDataModule(synth, augment_on="gpu")
+
+
+class _Training:
+    training, global_rank = True, 0
+
+
+def test_augmentation_runs_on_the_transferred_training_batch(synth):
+    dm = ADNIDataModule(synth, **{**SMALL, "augment": True})
+    dm.setup()
+    x, y = next(iter(dm.train_dataloader()))
+    assert torch.equal(dm.on_after_batch_transfer((x, y), 0)[0], x)  # no trainer, or not training: untouched
+    dm.trainer = _Training()
+    augmented, labels = dm.on_after_batch_transfer((x, y), 0)
+    assert augmented.shape == x.shape and labels is y and not torch.equal(augmented, x)
+    loader_items = [dm.train_set[i][0] for i in range(3)]  # the workers hand out preprocessed volumes as they are
+    assert all(torch.equal(a, b) for a, b in zip(loader_items, [dm.train_set[i][0] for i in range(3)]))

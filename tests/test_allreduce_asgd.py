@@ -123,7 +123,8 @@ def test_lightning_features(tmp_path):
     assert set(load(tmp_path / "resumed" / "indices_rank0.pt")) == {2}
 
 
-@pytest.mark.parametrize("strategy", [["--strategy", "asgd", "--delay", "1"], ["--strategy", "ssp", "--staleness", "2"]])
+@pytest.mark.parametrize("strategy", [["--strategy", "asgd", "--delay", "1"], ["--strategy", "ssp", "--staleness", "2"],
+                                      ["--strategy", "cneural", "--lr", "1.0"]], ids=["allreduce_asgd", "ssp", "cneural"])
 def test_bf16_mixed_precision(tmp_path, strategy):
     run_train_script(tmp_path, *strategy, "--precision", "bf16-mixed", "--epochs", "2")
     summary = json.loads((tmp_path / "summary.json").read_text())

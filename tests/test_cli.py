@@ -193,3 +193,26 @@ def test_partitioned_inference_tests_a_trained_checkpoint_through_the_cli(tmp_pa
     single, split = read_metrics(trained), read_metrics(partitioned)
     assert split["test/acc"] == pytest.approx(single["test/acc"], abs=1e-6)
     assert split["test/loss"] == pytest.approx(single["test/loss"], rel=1e-5)
+
+
+def test_more_processes_than_gpus_share_them_when_the_strategy_can():
+    from omegaconf import OmegaConf
+
+    from lightning_hybrid.cli import spread_processes_over_gpus
+
+    def cfg(devices, strategy):
+        return OmegaConf.create({"trainer": {"accelerator": "gpu", "devices": devices}, "strategy": strategy})
+
+    shared = cfg(4, {"_target_": "lightning_hybrid.SSPStrategy", "processes_per_device": 1})
+    spread_processes_over_gpus(shared, gpus=2)
+    assert shared.trainer.devices == 2 and shared.strategy.processes_per_device == 2
+    one_each = cfg(2, {"_target_": "lightning_hybrid.SSPStrategy", "processes_per_device": 1})
+    spread_processes_over_gpus(one_each, gpus=2)
+    assert one_each.trainer.devices == 2 and one_each.strategy.processes_per_device == 1
+    ddp = cfg(2, {"_target_": "pytorch_lightning.strategies.DDPStrategy"})
+    spread_processes_over_gpus(ddp, gpus=1)  # Lightning's DDP cannot share a GPU: its own error will say so
+    assert ddp.trainer.devices == 2
+    with pytest.raises(ValueError, match="cannot be spread evenly over this machine's 2 GPUs"):
+        spread_processes_over_gpus(cfg(3, {"processes_per_device": 1}), gpus=2)
+    with pytest.raises(ValueError, match="no CUDA device.*set trainer=cpu"):
+        spread_processes_over_gpus(cfg(1, {"processes_per_device": 1}), gpus=0)

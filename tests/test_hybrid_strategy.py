@@ -137,6 +137,14 @@ def test_resattnet3d_is_pipelined_exactly(tmp_path):
         assert (pieces[0] - grads[name]).abs().max().item() <= 1e-3 * scale + 1e-7, name
 
 
+def test_bf16_mixed_precision(tmp_path):
+    run(tmp_path, "--stages", "2", "--samples", "32", "--batch", "32", "--precision", "bf16-mixed")
+    loss, _, _ = reference_steps(32, 1)
+    losses, grads = first_step(tmp_path, 2)
+    assert losses == pytest.approx([loss, loss], rel=2e-2)  # the forward ran in bfloat16
+    assert all(g[0].dtype == torch.float32 and torch.isfinite(g[0]).all() for g in grads.values())
+
+
 # ---------------------------------------------------------------------- bad input, before processes start
 def fit_refused(strategy: HybridParallelStrategy, module: pl.LightningModule, devices: int = 2) -> None:
     trainer = pl.Trainer(accelerator="cpu", devices=devices, strategy=strategy, max_epochs=1, logger=False,

@@ -80,6 +80,17 @@ class KillAt(pl.Callback):
             os.kill(os.getpid(), signal.SIGKILL)
 
 
+class OutOfMemoryAt(pl.Callback):
+    """Asks for far more memory than any device has, at a given training step on a given rank."""
+
+    def __init__(self, rank: int, step: int) -> None:
+        self.rank, self.step = rank, step
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if trainer.global_rank == self.rank and batch_idx == self.step:
+            torch.empty(1 << 50, dtype=torch.uint8, device=pl_module.device)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("out", type=Path)
@@ -97,6 +108,8 @@ def main() -> None:
     parser.add_argument("--resume", default=None)
     parser.add_argument("--kill-rank", type=int, default=None)
     parser.add_argument("--kill-step", type=int, default=3)
+    parser.add_argument("--oom-rank", type=int, default=None, help="this rank runs out of memory at --oom-step")
+    parser.add_argument("--oom-step", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=60)
     parser.add_argument("--clip", type=float, default=None, help="gradient_clip_val")
     parser.add_argument("--accumulate", type=int, default=1, help="accumulate_grad_batches")
@@ -108,15 +121,20 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.0, help="sim collective_latency_s")
     parser.add_argument("--compute-sleep", type=float, default=0.0, help="seconds of simulated compute per step")
     parser.add_argument("--precision", default="32-true")
+    parser.add_argument("--accelerator", default="cpu")
+    parser.add_argument("--processes-per-device", type=int, default=1, help="our strategies: processes on each device")
     args = parser.parse_args()
 
     pl.seed_everything(0)
     strategy = args.strategy
-    if strategy == "ssp":
-        strategy = SSPStrategy(staleness=args.staleness, sync=args.sync, timeout=args.timeout)
+    shared = {"processes_per_device": args.processes_per_device}
+    if strategy in ("ssp", "cneural"):
+        strategy = SSPStrategy(staleness=args.staleness, sync=args.sync, timeout=args.timeout,
+                               batch_mode=strategy == "cneural", **shared)
     elif strategy == "asgd":
         strategy = AllReduceASGDStrategy(
-            delay=args.delay, compensation=args.compensation, dc_lambda=args.dc_lambda, warmup_steps=args.warmup
+            delay=args.delay, compensation=args.compensation, dc_lambda=args.dc_lambda, warmup_steps=args.warmup,
+            **shared,
         )
     callbacks = []
     if args.slowdown or args.latency:
@@ -126,6 +144,8 @@ def main() -> None:
     callbacks.append(timer)
     if args.kill_rank is not None:
         callbacks.append(KillAt(args.kill_rank, args.kill_step))
+    if args.oom_rank is not None:
+        callbacks.append(OutOfMemoryAt(args.oom_rank, args.oom_step))
     if args.checkpoint_dir:
         callbacks.append(pl.callbacks.ModelCheckpoint(dirpath=args.checkpoint_dir, save_top_k=-1, filename="{epoch}"))
     scheduler = partial(torch.optim.lr_scheduler.StepLR, step_size=1, gamma=0.5) if args.scheduler else None
@@ -134,7 +154,7 @@ def main() -> None:
         compute_sleep=args.compute_sleep,
     )
     trainer = pl.Trainer(
-        accelerator="cpu", devices=args.devices, strategy=strategy, max_epochs=args.epochs, logger=False,
+        accelerator=args.accelerator, devices=args.devices, strategy=strategy, max_epochs=args.epochs, logger=False,
         enable_checkpointing=bool(args.checkpoint_dir), enable_progress_bar=False, enable_model_summary=False,
         callbacks=callbacks, num_sanity_val_steps=0, limit_val_batches=1, gradient_clip_val=args.clip,
         accumulate_grad_batches=args.accumulate, precision=args.precision,

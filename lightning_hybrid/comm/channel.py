@@ -19,6 +19,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from lightning_hybrid.comm.collectives import SIDE_CHANNEL_DEVICE
+
 HEADER_LEN = 8
 TAG_REQUEST, TAG_REQUEST_PAYLOAD, TAG_REPLY, TAG_REPLY_PAYLOAD = 11, 12, 13, 14
 
@@ -52,10 +54,14 @@ def header(op: int, *fields: int) -> torch.Tensor:
 
 
 def send(pg: dist.ProcessGroup, tensor: torch.Tensor, dst: int, tag: int) -> None:
-    pg.send([tensor.contiguous()], dst, tag).wait()
+    """Send ``tensor`` (moved to the channel's device, the CPU, if it is elsewhere)."""
+    pg.send([tensor.detach().to(SIDE_CHANNEL_DEVICE).contiguous()], dst, tag).wait()
 
 
 def recv(pg: dist.ProcessGroup, tensor: torch.Tensor, src: int, tag: int) -> torch.Tensor:
+    """Receive into ``tensor``, which must be a CPU tensor (the channel's device)."""
+    if tensor.device != SIDE_CHANNEL_DEVICE:
+        raise ValueError(f"the side channel receives into {SIDE_CHANNEL_DEVICE} tensors, got one on {tensor.device}")
     pg.recv([tensor], src, tag).wait()
     return tensor
 

@@ -30,13 +30,15 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from lightning_hybrid.comm.collectives import PendingAllReduce, all_reduce_, start_all_reduce
+
 COMPENSATIONS = (None, "dc")
 
 
 @dataclass
 class _InFlight:
     buckets: list[torch.Tensor]  # flat gradient buckets being all-reduced (summed in place)
-    works: list[dist.Work | Future]
+    works: list[PendingAllReduce | Future]
     weights: torch.Tensor | None  # the flat weights the gradient was computed at (for compensation)
 
 
@@ -112,13 +114,13 @@ class DelayedAllReduce:
         #: Seconds spent blocked waiting for collectives to finish (the communication not hidden).
         self.wait_s = 0.0
 
-    def _all_reduce(self, bucket: torch.Tensor) -> dist.Work | Future:
+    def _all_reduce(self, bucket: torch.Tensor) -> PendingAllReduce | Future:
         if self._thread is None:
-            return dist.all_reduce(bucket, group=self.group, async_op=True)
+            return start_all_reduce(bucket, group=self.group)
 
         def slow_all_reduce() -> None:
             time.sleep(self.latency_s)
-            dist.all_reduce(bucket, group=self.group)
+            all_reduce_(bucket, group=self.group)
 
         return self._thread.submit(slow_all_reduce)
 

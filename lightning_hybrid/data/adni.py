@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import csv
+import hashlib
+import json
 import logging
+import os
+import time
 from collections import Counter, defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +21,7 @@ import torch
 from torch.utils.data import Dataset
 
 from lightning_hybrid.data.base import InMemoryDataModule
+from lightning_hybrid.data.volume_augment import VolumeAugment
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +38,8 @@ DIAGNOSES = {
     "smci": "sMCI", "stable mci": "sMCI", "pmci": "pMCI", "progressive mci": "pMCI",
     "mci": "MCI", "emci": "MCI", "lmci": "MCI",
 }
+#: Part of the disk cache's keys: raise it when :meth:`ADNIDataModule.preprocessing` changes.
+PREPROCESSING_VERSION = 1
 #: Task: (label 0, label 1).
 TASKS = {"AD_vs_NC": ("NC", "AD"), "pMCI_vs_sMCI": ("sMCI", "pMCI")}
 
@@ -144,18 +152,37 @@ def split_subjects(
     return pick(train), pick(val), pick(test)
 
 
-class _Pairs(Dataset):
-    """MONAI's dict samples as (image, label) pairs of plain tensors."""
+class _Volumes(Dataset):
+    """Preprocessed volumes as ``(image, label)`` pairs of plain tensors, optionally through a random
+    augmentation (run in the DataLoader's workers)."""
 
-    def __init__(self, dataset: Dataset) -> None:
-        self.dataset = dataset
+    def __init__(self, preprocessed: Sequence[Any] | Dataset, augmentation: Any = None) -> None:
+        self.preprocessed, self.augmentation = preprocessed, augmentation
 
     def __len__(self) -> int:
-        return len(self.dataset)
+        return len(self.preprocessed)
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        item = self.dataset[index]
+        item = self.preprocessed[index]
+        if self.augmentation is not None:
+            item = self.augmentation(dict(item))
         return torch.as_tensor(item["image"]).float(), torch.tensor(item["label"], dtype=torch.long)
+
+
+def preprocess_all(dataset: Dataset, threads: int, what: str) -> list[Any]:
+    """Every item of ``dataset`` (its deterministic preprocessing, done or read from the disk cache),
+    ``threads`` at a time, logging progress."""
+    total, done, items = len(dataset), 0, [None] * len(dataset)
+    start = time.perf_counter()
+    every = max(1, total // 10)
+    with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
+        for index, item in zip(range(total), pool.map(dataset.__getitem__, range(total))):
+            items[index] = item
+            done += 1
+            if done % every == 0 or done == total:
+                elapsed = time.perf_counter() - start
+                log.info("%s: %d/%d volumes preprocessed (%.1f/s)", what, done, total, done / max(elapsed, 1e-9))
+    return items
 
 
 class ADNIDataModule(InMemoryDataModule):
@@ -166,9 +193,22 @@ class ADNIDataModule(InMemoryDataModule):
     are split by subject (all of a subject's scans in one split), stratified by class and seeded,
     optionally as a k-fold. Preprocessing with MONAI: canonical (RAS) orientation, resampling to
     ``spacing`` mm, intensity normalization over the non-zero voxels, crop or pad to
-    ``image_shape``, optional downsampling by an integer factor; training augmentation (flips,
-    small affine transforms, noise). Each volume is decoded and preprocessed once: cached in memory
-    (``cache="memory"``), on disk (``cache="disk"``, in ``cache_dir``) or not at all (``None``).
+    ``image_shape``, optional downsampling by an integer factor.
+
+    Feeding a GPU: the deterministic preprocessing runs once per volume. ``cache="memory"`` holds
+    the preprocessed volumes in memory (built at setup, ``preprocess_threads`` at a time),
+    ``"disk"`` reads them from ``cache_dir`` at every access, ``None`` preprocesses at every
+    access. With ``cache_dir`` set they also persist there between runs (MONAI's
+    ``PersistentDataset``, keyed by the file and the preprocessing settings), so a later run, or
+    another process of this one, reads instead of preprocessing. Training augmentation (random
+    flips, small affine transforms, Gaussian noise) runs on the batch after it reached the training
+    device (``augment_on="device"``: :class:`~lightning_hybrid.data.volume_augment.VolumeAugment`,
+    a few batched tensor operations) or per sample in the DataLoader's workers
+    (``augment_on="workers"``, MONAI's random transforms). Loaders use ``num_workers`` worker
+    processes (``"auto"``: 2 when augmenting on the device, else up to 8 within this process's
+    share of the cores), kept alive between epochs, pinned memory when CUDA is present
+    (``pin_memory="auto"``; Lightning then copies batches to the GPU without blocking) and
+    ``prefetch_factor`` batches in flight per worker.
 
     A missing, corrupt, truncated, 2D or 4D image, an unknown diagnosis or a missing column raise
     an error naming the file or CSV line; with ``on_bad_file="skip"`` bad rows are skipped, counted
@@ -199,9 +239,13 @@ class ADNIDataModule(InMemoryDataModule):
         spacing: Sequence[float] = (1.5, 1.5, 1.5),
         downsample: int = 1,
         augment: bool = True,
+        augment_on: str = "device",
         cache: str | None = "memory",
         cache_dir: str | Path | None = None,
-        num_workers: int = 0,
+        num_workers: int | str = "auto",
+        pin_memory: bool | str = "auto",
+        prefetch_factor: int = 4,
+        preprocess_threads: int = 4,
     ) -> None:
         super().__init__()
         if task not in TASKS:
@@ -216,6 +260,10 @@ class ADNIDataModule(InMemoryDataModule):
             raise ValueError(f"cache must be 'memory', 'disk' or None, got {cache!r}")
         if cache == "disk" and cache_dir is None:
             raise ValueError("cache='disk' needs a cache_dir")
+        if augment_on not in ("device", "workers"):
+            raise ValueError(f"augment_on must be 'device' or 'workers', got {augment_on!r}")
+        if not (num_workers == "auto" or (isinstance(num_workers, int) and num_workers >= 0)):
+            raise ValueError(f"num_workers must be 'auto' or a non-negative integer, got {num_workers!r}")
         if not Path(csv_path).is_file():
             raise FileNotFoundError(f"ADNI CSV {csv_path} not found (synthetic stand-in: lightning-hybrid data synth-adni)")
         # plain values only: the hyperparameters go into checkpoints read with weights_only=True
@@ -224,8 +272,10 @@ class ADNIDataModule(InMemoryDataModule):
         cache_dir = None if cache_dir is None else str(cache_dir)
         self.save_hyperparameters(logger=False)
         self.skipped: list[str] = []
+        self._device_augment: VolumeAugment | None = None
 
-    def _transforms(self, train: bool, keep_meta: bool = False) -> Any:
+    def preprocessing(self, keep_meta: bool = False) -> Any:
+        """The deterministic preprocessing of a ``{"image": path}`` item (MONAI dictionary transforms)."""
         from monai import transforms as T
 
         hp = self.hparams
@@ -239,28 +289,59 @@ class ADNIDataModule(InMemoryDataModule):
         ]
         if hp.downsample > 1:
             steps.append(T.Resized(keys="image", spatial_size=[s // hp.downsample for s in hp.image_shape]))
-        if train and hp.augment:
-            steps += [
-                T.RandFlipd(keys="image", prob=0.5, spatial_axis=0),
-                T.RandAffined(keys="image", prob=0.5, rotate_range=(0.05, 0.05, 0.05), scale_range=(0.05, 0.05, 0.05)),
-                T.RandGaussianNoised(keys="image", prob=0.2, std=0.05),
-            ]
         steps.append(T.EnsureTyped(keys="image", track_meta=keep_meta))
         return T.Compose(steps)
 
-    def _dataset(self, scans: Sequence[Scan], train: bool) -> Dataset:
-        from monai.data import CacheDataset, Dataset as MonaiDataset, PersistentDataset
+    def _worker_augmentation(self) -> Any:
+        from monai import transforms as T
 
-        data = [{"image": str(s.path), "label": s.label} for s in scans]
-        transform = self._transforms(train)
+        return T.Compose([
+            T.RandFlipd(keys="image", prob=0.5, spatial_axis=0),
+            T.RandAffined(keys="image", prob=0.5, rotate_range=(0.05, 0.05, 0.05), scale_range=(0.05, 0.05, 0.05)),
+            T.RandGaussianNoised(keys="image", prob=0.2, std=0.05),
+        ])
+
+    def _preprocessed(self, scans: Sequence[Scan], split: str) -> Sequence[Any] | Dataset:
+        """The split's items after the deterministic preprocessing, held as ``cache`` says."""
+        from monai.data import Dataset as MonaiDataset, PersistentDataset
+
         hp = self.hparams
-        if hp.cache == "memory":
-            dataset = CacheDataset(data, transform, progress=False, num_workers=0)
-        elif hp.cache == "disk":
-            dataset = PersistentDataset(data, transform, cache_dir=hp.cache_dir)
+        data = [{"image": str(s.path), "label": s.label} for s in scans]
+        if hp.cache_dir is not None:  # keyed by the item and the preprocessing settings
+            settings = json.dumps([PREPROCESSING_VERSION, hp.spacing, hp.image_shape, hp.downsample]).encode()
+            dataset = PersistentDataset(data, self.preprocessing(), cache_dir=hp.cache_dir,
+                                        hash_transform=lambda _: hashlib.md5(settings).hexdigest().encode())
         else:
-            dataset = MonaiDataset(data, transform)
-        return _Pairs(dataset)
+            dataset = MonaiDataset(data, self.preprocessing())
+        if hp.cache == "memory":
+            return preprocess_all(dataset, hp.preprocess_threads, f"ADNI {split}")
+        return dataset
+
+    def _dataset(self, scans: Sequence[Scan], split: str) -> Dataset:
+        hp = self.hparams
+        in_workers = split == "train" and hp.augment and hp.augment_on == "workers"
+        return _Volumes(self._preprocessed(scans, split), self._worker_augmentation() if in_workers else None)
+
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Training batches on the device: the random augmentation (``augment_on="device"``)."""
+        hp = self.hparams
+        if not (hp.augment and hp.augment_on == "device" and self.trainer is not None and self.trainer.training):
+            return batch
+        if self._device_augment is None:  # each rank its own draws
+            self._device_augment = VolumeAugment(seed=hp.seed + 7919 * self.trainer.global_rank)
+        images, labels = batch
+        return self._device_augment(images), labels
+
+    @property
+    def loader_workers(self) -> int:
+        """``num_workers``, with ``"auto"`` resolved on this machine."""
+        hp = self.hparams
+        if hp.num_workers != "auto":
+            return int(hp.num_workers)
+        if hp.augment and hp.augment_on == "workers":
+            processes = self.trainer.num_devices if self.trainer is not None else 1
+            return max(1, min(8, (os.cpu_count() or 1) // max(processes, 1) - 1))
+        return 2
 
     def build(self) -> tuple[Dataset, Dataset, Dataset]:
         hp = self.hparams
@@ -274,7 +355,7 @@ class ADNIDataModule(InMemoryDataModule):
             hp.task, len(train), len(val), len(test), len({s.subject for s in scans}),
             f"; {len(self.skipped)} bad item(s) skipped" if self.skipped else "",
         )
-        return self._dataset(train, True), self._dataset(val, False), self._dataset(test, False)
+        return self._dataset(train, "train"), self._dataset(val, "val"), self._dataset(test, "test")
 
 
 class SyntheticADNIDataModule(ADNIDataModule):

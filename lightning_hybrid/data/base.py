@@ -37,8 +37,9 @@ class EpochSeededRandomSampler(RandomSampler):
 class InMemoryDataModule(pl.LightningDataModule, ABC):
     """A datamodule whose :meth:`build` returns the train, validation and test datasets once.
 
-    Subclasses call ``save_hyperparameters()`` with at least ``batch_size`` and ``num_workers`` and
-    implement :meth:`build`; the sets are built on the first :meth:`setup` and reused afterwards.
+    Subclasses call ``save_hyperparameters()`` with at least ``batch_size`` and ``num_workers`` (and
+    optionally ``pin_memory``: a bool or ``"auto"``, pinned when CUDA is present, and
+    ``prefetch_factor``) and implement :meth:`build`; the sets are built on the first :meth:`setup` and reused afterwards.
     The test set also serves ``predict``. Training batches are shuffled by
     :class:`EpochSeededRandomSampler`, so a resumed run sees the batches an uninterrupted one would.
     """
@@ -60,10 +61,18 @@ class InMemoryDataModule(pl.LightningDataModule, ABC):
     #: Drop the last incomplete training batch (BatchNorm cannot train on a batch of one).
     drop_last_train = False
 
+    @property
+    def loader_workers(self) -> int:
+        """DataLoader worker processes (``num_workers``)."""
+        return int(self.hparams.num_workers)
+
     def _loader(self, dataset: Dataset | None, shuffle: bool) -> DataLoader:
         if dataset is None:
             raise RuntimeError(f"{type(self).__name__}.setup() must run before its dataloaders are requested")
-        workers = self.hparams.num_workers
+        workers = self.loader_workers
+        pin_memory = self.hparams.get("pin_memory", False)
+        if pin_memory == "auto":
+            pin_memory = torch.cuda.is_available()
         return DataLoader(
             dataset,
             batch_size=self.hparams.batch_size,
@@ -71,6 +80,8 @@ class InMemoryDataModule(pl.LightningDataModule, ABC):
             drop_last=shuffle and self.drop_last_train,
             num_workers=workers,
             persistent_workers=workers > 0,
+            pin_memory=bool(pin_memory),
+            prefetch_factor=self.hparams.get("prefetch_factor", 2) if workers > 0 else None,
         )
 
     def train_dataloader(self) -> DataLoader:

@@ -20,6 +20,7 @@ import hashlib
 import io
 import json
 import os
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -29,6 +30,10 @@ import numpy as np
 
 FORMAT = "lightning-hybrid-shards/1"
 MANIFEST = "manifest.json"
+# numpy parses a .npy header with ast.literal_eval, which CPython 3.11 before 3.11.8 cannot run in
+# several threads at once ("SystemError: AST constructor recursion depth mismatch", CPython gh-106905).
+# Shards are read and md5-checked concurrently; only decoding the in-memory bytes is serialized.
+_DECODE_LOCK = threading.Lock()
 
 
 class ShardError(ValueError):
@@ -209,7 +214,7 @@ class ShardStore:
             raise ShardError(f"shard {entry['name']} of {self.root} is missing; repack the store") from None
         if hashlib.md5(data).hexdigest() != entry["md5"]:
             raise ShardError(f"shard {entry['name']} of {self.root} is corrupt (md5 mismatch); repack the store")
-        with np.load(io.BytesIO(data)) as arrays:
+        with _DECODE_LOCK, np.load(io.BytesIO(data)) as arrays:
             x, y = arrays["x"], arrays["y"]
         if len(x) != entry["samples"]:
             raise ShardError(f"shard {entry['name']} of {self.root} holds {len(x)} samples, the manifest says {entry['samples']}")

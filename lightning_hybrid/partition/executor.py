@@ -20,6 +20,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from lightning_hybrid.comm.collectives import broadcast_, exchange, start_exchange
 from lightning_hybrid.partition.fc import GO, FCPartition
 from lightning_hybrid.partition.network import PartitionPlan, fc_weights
 from lightning_hybrid.partition.spatial import OWNER, Box, Step, compute, full_box, slice_box, transfers
@@ -213,21 +214,19 @@ class DistributedExecutor:
                 held = self._run_fc(index, held, batch, x)
                 continue
             start = time.perf_counter()
-            ops, received = [], []
+            sends, recvs, received = [], [], []
             for src, dst, piece in transfers(step):
                 if src == me:
                     data = slice_box(held, step.in_boxes[me], piece, axes)
-                    ops.append(dist.P2POp(dist.isend, data, self._global(dst), self.group))
+                    sends.append((data, self._global(dst)))
                     stats.bytes_sent[me] += data.numel() * data.element_size()
                     stats.peers[me].add(dst)
                 elif dst == me:
                     buffer = x.new_empty(_piece_shape(batch, step.in_shape, piece, axes))
-                    ops.append(dist.P2POp(dist.irecv, buffer, self._global(src), self.group))
+                    recvs.append((buffer, self._global(src)))
                     received.append((piece, buffer))
                     stats.peers[me].add(src)
-            if ops:
-                for work in dist.batch_isend_irecv(ops):
-                    work.wait()
+            exchange(sends, recvs, self.group)
             region = _region(step, me, axes)
             stats.transfer_s[me] += time.perf_counter() - start
             if _participates(step, me, region):
@@ -239,27 +238,24 @@ class DistributedExecutor:
         last = plan.steps[-1]
         out_shape = [batch, *last.out_shape]
         if last.spatial:  # collect the spread output on the owner
-            pieces, ops = [], []
+            pieces, sends, recvs = [], [], []
             for w, box in enumerate(last.out_boxes):
                 if box is None or box.empty:
                     continue
                 if w == me and me != OWNER:
-                    ops.append(dist.P2POp(dist.isend, held.contiguous(), self._global(OWNER), self.group))
+                    sends.append((held, self._global(OWNER)))
                 elif me == OWNER:
                     if w == OWNER:
                         pieces.append((box, held))
                     else:
                         buffer = x.new_empty(_piece_shape(batch, last.out_shape, box, axes))
-                        ops.append(dist.P2POp(dist.irecv, buffer, self._global(w), self.group))
+                        recvs.append((buffer, self._global(w)))
                         pieces.append((box, buffer))
-            if ops:
-                for work in dist.batch_isend_irecv(ops):
-                    work.wait()
+            exchange(sends, recvs, self.group)
             if me == OWNER:
                 held = assemble(pieces, full_box(last.out_shape, axes), batch, last.out_shape, axes, x)
         result = held if me == OWNER else x.new_empty(out_shape)
-        dist.broadcast(result, self._global(OWNER), group=self.group)
-        return result
+        return broadcast_(result, self._global(OWNER), group=self.group)
 
     def _compute(self, fn: Callable[[], torch.Tensor]) -> tuple[torch.Tensor, float]:
         start = time.perf_counter()
@@ -279,32 +275,31 @@ class DistributedExecutor:
             part = fc.part(me - 1)
             if part.nnz:
                 inputs = like.new_empty(batch, part.in_cols.size)
-                dist.recv(inputs, self._global(OWNER), group=self.group)
+                exchange([], [(inputs, self._global(OWNER))], self.group)
                 partial, compute_s = self._compute(lambda: _part_product(weights, inputs))
-                dist.send(partial, self._global(OWNER), group=self.group)
+                exchange([(partial, self._global(OWNER))], [], self.group)
                 stats.bytes_sent[me] += partial.numel() * partial.element_size()
                 stats.peers[me].add(OWNER)
                 stats.compute_s[me] += compute_s
                 stats.transfer_s[me] += time.perf_counter() - start - compute_s
             return None
-        ops, partials = [], []
+        sends, recvs, partials = [], [], []
         for worker, part in enumerate(fc.parts):
             if not part.nnz:
                 continue
-            inputs = held[:, _index(part.in_cols, held)].contiguous()
+            inputs = held[:, _index(part.in_cols, held)]
             buffer = like.new_empty(batch, part.out_rows.size)
-            ops += [dist.P2POp(dist.isend, inputs, self._global(worker + 1), self.group),
-                    dist.P2POp(dist.irecv, buffer, self._global(worker + 1), self.group)]
+            sends.append((inputs, self._global(worker + 1)))
+            recvs.append((buffer, self._global(worker + 1)))
             partials.append((part, buffer))
             stats.bytes_sent[me] += inputs.numel() * inputs.element_size()
             stats.peers[me].add(worker + 1)
-        works = dist.batch_isend_irecv(ops) if ops else []
+        pending = start_exchange(sends, recvs, self.group)
         own = fc.go_part
         y, compute_s = self._compute(lambda: held.new_zeros(batch, linear.out_features).index_add_(
             1, _index(own.out_rows, held), _part_product(weights, held[:, _index(own.in_cols, held)]))
             if own.nnz else held.new_zeros(batch, linear.out_features))
-        for work in works:
-            work.wait()
+        pending.wait()
         for part, buffer in partials:
             y.index_add_(1, _index(part.out_rows, y), buffer)
         stats.compute_s[me] += compute_s

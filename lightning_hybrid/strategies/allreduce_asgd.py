@@ -44,7 +44,9 @@ class AllReduceASGDStrategy(UnwrappedDDPStrategy):
         dc_lambda: DC-ASGD's lambda.
         bucket_size_mb: gradients are flattened into buckets of about this size, one collective each.
         warmup_steps: the first optimizer steps are synchronous (applied at once).
-        process_group_backend: ``None`` (gloo on CPU, nccl on GPU) or a backend name.
+        process_group_backend: ``None`` (nccl with one process per GPU, otherwise gloo) or a backend name.
+        processes_per_device: processes started on each device the Trainer gives (``devices=1,
+            processes_per_device=2``: two processes on one GPU, whose group then uses gloo).
 
     The exchange uses a process group of its own. Works with the optimizer and LR schedulers from
     ``configure_optimizers``, gradient clipping (of each rank's gradient, before the exchange),
@@ -80,9 +82,11 @@ class AllReduceASGDStrategy(UnwrappedDDPStrategy):
         checkpoint_io: Any = None,
         precision_plugin: Any = None,
         process_group_backend: str | None = None,
+        processes_per_device: int = 1,
     ) -> None:
         super().__init__(
-            accelerator, parallel_devices, cluster_environment, checkpoint_io, precision_plugin, process_group_backend
+            accelerator, parallel_devices, cluster_environment, checkpoint_io, precision_plugin, process_group_backend,
+            processes_per_device,
         )
         validate(delay, compensation, dc_lambda, bucket_size_mb)
         if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:

@@ -11,7 +11,9 @@ from pytorch_lightning.callbacks import Callback, ModelCheckpoint
 from pytorch_lightning.strategies import DDPStrategy
 from pytorch_lightning.strategies.launchers import _SubprocessScriptLauncher
 from pytorch_lightning.trainer.states import TrainerFn
+from pytorch_lightning.utilities.rank_zero import rank_zero_info
 
+from lightning_hybrid.comm.collectives import workers_backend
 from lightning_hybrid.pipeline.protocol import pipeline_blocks
 
 
@@ -51,6 +53,7 @@ class CheckingLauncher(_SubprocessScriptLauncher):
 
     def launch(self, function: Callable, *args: Any, trainer: pl.Trainer | None = None, **kwargs: Any) -> Any:
         model = args[0] if args and isinstance(args[0], pl.LightningModule) else None
+        self.strategy.check_devices()
         if trainer is not None and trainer.state.fn == TrainerFn.FITTING:
             self.strategy.check_trainer(trainer, model)
         elif trainer is not None and hasattr(self.strategy, "check_evaluation"):
@@ -118,7 +121,11 @@ class UnwrappedDDPStrategy(DDPStrategy):
         checkpoint_io: Any = None,
         precision_plugin: Any = None,
         process_group_backend: str | None = None,
+        processes_per_device: int = 1,
     ) -> None:
+        if isinstance(processes_per_device, bool) or not isinstance(processes_per_device, int) or processes_per_device < 1:
+            raise ValueError(f"processes_per_device must be a positive integer, got {processes_per_device!r}")
+        self.processes_per_device = processes_per_device
         super().__init__(
             accelerator=accelerator,
             parallel_devices=parallel_devices,
@@ -129,6 +136,31 @@ class UnwrappedDDPStrategy(DDPStrategy):
             start_method="popen",
         )
         self._own_callback: Callback | None = None
+        self._backend_note_logged = False
+
+    @property
+    def parallel_devices(self) -> list[torch.device] | None:
+        return self._parallel_devices
+
+    @parallel_devices.setter
+    def parallel_devices(self, devices: list[torch.device] | None) -> None:
+        """Each device the Trainer gives runs ``processes_per_device`` processes (e.g. two workers on one GPU)."""
+        if devices is not None and self.processes_per_device > 1:
+            devices = [device for device in devices for _ in range(self.processes_per_device)]
+        self._parallel_devices = devices
+
+    def _get_process_group_backend(self) -> str:
+        """The workers' backend: NCCL for one process per GPU, gloo on CPU or when processes share a GPU
+        (:func:`~lightning_hybrid.comm.collectives.workers_backend`)."""
+        backend, note = workers_backend(self.parallel_devices or [self.root_device], self._process_group_backend)
+        if note and not self._backend_note_logged:
+            rank_zero_info(f"{type(self).__name__}: {note}")
+            self._backend_note_logged = True
+        return backend
+
+    def check_devices(self) -> None:
+        """Refuse a backend that cannot serve the processes' devices (called before processes start)."""
+        workers_backend(self.parallel_devices or [], self._process_group_backend)
 
     def check_trainer(self, trainer: pl.Trainer, model: pl.LightningModule | None) -> None:
         """Raise a ValueError for a run this strategy cannot do."""

@@ -19,6 +19,9 @@ from lightning_fabric.strategies import _StrategyRegistry
 from pytorch_lightning.trainer.states import TrainerFn
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
+from lightning_hybrid.comm.collectives import (
+    all_gather_object, all_reduce_, broadcast_, broadcast_object, workers_backend,
+)
 from lightning_hybrid.comm.delayed_allreduce import DelayedAllReduce
 from lightning_hybrid.pipeline import Mesh, StageModule, pipeline_blocks, pipeline_inputs
 from lightning_hybrid.placement import (
@@ -84,6 +87,8 @@ class HybridParallelStrategy(RoutedEvaluation, UnwrappedDDPStrategy):
             if the Trainer knows the datamodule then, else one); the plan in use is always made at
             the first batch, with one micro-batch of it.
         process_group_backend: ``None`` (gloo on CPU, nccl on GPU) or a backend name.
+        processes_per_device: processes started on each device the Trainer gives (``devices=1,
+            processes_per_device=2``: two processes on one GPU, whose group then uses gloo).
 
     Example::
 
@@ -117,9 +122,11 @@ class HybridParallelStrategy(RoutedEvaluation, UnwrappedDDPStrategy):
         checkpoint_io: Any = None,
         precision_plugin: Any = None,
         process_group_backend: str | None = None,
+        processes_per_device: int = 1,
     ) -> None:
         super().__init__(
-            accelerator, parallel_devices, cluster_environment, checkpoint_io, precision_plugin, process_group_backend
+            accelerator, parallel_devices, cluster_environment, checkpoint_io, precision_plugin, process_group_backend,
+            processes_per_device,
         )
         for name, value in (("pipeline_stages", pipeline_stages), ("data_parallel", data_parallel),
                             ("micro_batches", micro_batches)):
@@ -200,6 +207,20 @@ class HybridParallelStrategy(RoutedEvaluation, UnwrappedDDPStrategy):
         if self.input_shape is not None and self.device_specs is not None:
             self._plan(model, torch.zeros(self._micro_batch_size_hint(trainer), *self.input_shape), self.device_specs)
 
+    def check_devices(self) -> None:
+        """Pipeline stages exchange activations point to point: NCCL does it between GPUs, gloo only
+        with CPU tensors, so stages on GPUs need one GPU each and NCCL."""
+        super().check_devices()
+        devices = self.parallel_devices or []
+        if any(d.type == "cuda" for d in devices) and workers_backend(devices, self._process_group_backend)[0] != "nccl":
+            raise ValueError(
+                f"HybridParallelStrategy on GPUs needs one GPU per process and NCCL (pipeline stages send activations "
+                f"to each other, which gloo cannot do with CUDA tensors); the processes would run on "
+                f"{[str(d) for d in devices]} with process_group_backend={self._process_group_backend!r}. Use "
+                "trainer.devices no more than the GPUs with processes_per_device=1 and process_group_backend=null, "
+                "or accelerator=cpu."
+            )
+
     def _micro_batch_size_hint(self, trainer: pl.Trainer) -> int:
         datamodule = trainer.datamodule if hasattr(trainer, "datamodule") else None
         batch = getattr(datamodule, "batch_size", None) or self.micro_batches
@@ -248,8 +269,7 @@ class HybridParallelStrategy(RoutedEvaluation, UnwrappedDDPStrategy):
         memory = math.inf
         if self.root_device.type == "cuda":
             memory = float(torch.cuda.mem_get_info(self.root_device)[0])
-        speeds: list[Any] = [None] * self.world_size
-        dist.all_gather_object(speeds, (speed, memory))
+        speeds = all_gather_object((speed, memory))
         return [Device(f"rank{p}", speed=s, memory=m) for p, (s, m) in enumerate(speeds[: self.pipeline_stages])]
 
     def _plan(self, module: pl.LightningModule, example: torch.Tensor, devices: list[Device]) -> Placement:
@@ -280,20 +300,19 @@ class HybridParallelStrategy(RoutedEvaluation, UnwrappedDDPStrategy):
             return
         self._schedules.clear()
         devices = self.device_specs or self._probe_devices()
-        shared: list[Any] = [None]
+        planned: Placement | Exception | None = None
         if self.global_rank == 0:
             micro = inputs[: max(len(inputs) // self.micro_batches, 1)]
             if self.input_shape is not None:
                 micro = torch.zeros(len(micro), *self.input_shape, device=inputs.device, dtype=inputs.dtype)
             try:
-                placement = self._plan(module, micro.detach(), devices)
-                shared[0] = placement
+                planned = self._plan(module, micro.detach(), devices)
             except Exception as error:  # every rank must learn of it, not only rank 0
-                shared[0] = error
-        dist.broadcast_object_list(shared, src=0)
-        if isinstance(shared[0], Exception):
-            raise shared[0]
-        self.placement = shared[0]
+                planned = error
+        planned = broadcast_object(planned, src=0)
+        if isinstance(planned, Exception):
+            raise planned
+        self.placement = planned
         self.mesh = Mesh(self.pipeline_stages, self.data_parallel, tuple(self.placement.device_order))
         stage = self.mesh.stage_of(self.global_rank)
         spec = self.placement.stages[stage]
@@ -340,14 +359,11 @@ class HybridParallelStrategy(RoutedEvaluation, UnwrappedDDPStrategy):
     def _share_from_last_stage(self, tensor: torch.Tensor | None) -> torch.Tensor:
         """Broadcast the last stage's tensor to its pipeline's ranks."""
         src = self._last_stage_rank()
-        meta = [None if tensor is None else (tuple(tensor.shape), tensor.dtype)]
-        dist.broadcast_object_list(meta, src=src, group=self._pp_group)
-        shape, dtype = meta[0]
+        meta = None if tensor is None else (tuple(tensor.shape), tensor.dtype)
+        shape, dtype = broadcast_object(meta, src=src, group=self._pp_group)
         if tensor is None:
             tensor = torch.empty(shape, dtype=dtype, device=self.root_device)
-        tensor = tensor.detach().contiguous()
-        dist.broadcast(tensor, src=src, group=self._pp_group)
-        return tensor
+        return broadcast_(tensor.detach().contiguous(), src=src, group=self._pp_group)
 
     # ------------------------------------------------------------------ training
     def training_step(self, *args: Any, **kwargs: Any) -> Any:
@@ -446,7 +462,7 @@ class HybridParallelStrategy(RoutedEvaluation, UnwrappedDDPStrategy):
             local = torch.zeros(1, device=strategy.root_device)
             for p in params:
                 local += p.grad.detach().float().pow(2).sum()
-            dist.all_reduce(local, group=strategy._pp_group)
+            all_reduce_(local, group=strategy._pp_group)
             total = local.sqrt().item()
             scale = float(clip_val) / (total + 1e-6)
             if scale < 1.0:
@@ -479,10 +495,7 @@ class HybridParallelStrategy(RoutedEvaluation, UnwrappedDDPStrategy):
             src = self.mesh.stage_rank(replica, s)
             for _, block in named[spec.start: spec.stop]:
                 for tensor in [*block.parameters(), *block.buffers()]:
-                    buffer = tensor.detach().to(self.root_device).contiguous()
-                    dist.broadcast(buffer, src=src, group=self._pp_group)
-                    if self.global_rank != src:
-                        tensor.data.copy_(buffer)
+                    broadcast_(tensor.data, src=src, group=self._pp_group)
 
     def lightning_module_state_dict(self) -> dict[str, Any]:
         self.gather_model()
@@ -493,8 +506,7 @@ class HybridParallelStrategy(RoutedEvaluation, UnwrappedDDPStrategy):
         state = super().optimizer_state(optimizer)
         if self.placement is None:
             return state
-        pieces: list[Any] = [None] * self.pipeline_stages
-        dist.all_gather_object(pieces, {k: _to_cpu(v) for k, v in state["state"].items()}, group=self._pp_group)
+        pieces = all_gather_object({k: _to_cpu(v) for k, v in state["state"].items()}, group=self._pp_group)
         merged: dict[int, Any] = {}
         for piece in pieces:
             merged.update(piece)

@@ -15,11 +15,11 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
-import torch.distributed as dist
 from lightning_fabric.strategies import _StrategyRegistry
 from pytorch_lightning.trainer.states import TrainerFn
 from pytorch_lightning.utilities.rank_zero import rank_zero_info
 
+from lightning_hybrid.comm.collectives import all_gather_object
 from lightning_hybrid.partition.executor import DistributedExecutor, LayerTraffic
 from lightning_hybrid.partition.network import FC_PARTITIONS, PartitionPlan, plan_partition
 from lightning_hybrid.partition.spatial import CONV_PARTITIONS, PartitionError
@@ -66,7 +66,9 @@ class PartitionedInferenceStrategy(RoutedEvaluation, UnwrappedDDPStrategy):
         conv_partition: ``"bodp"`` or ``"grid2d"``.
         fc_partition: ``"mscc_fgcp"``, ``"rows"`` or ``"owner"``.
         min_sparsity: a fully-connected layer with fewer zeros than this is split by rows.
-        process_group_backend: ``None``: gloo on CPU, nccl on GPU.
+        process_group_backend: ``None``: nccl with one process per GPU, otherwise gloo.
+        processes_per_device: processes started on each device the Trainer gives (``devices=1,
+            processes_per_device=2``: two processes on one GPU, whose group then uses gloo).
 
     After a loop, :attr:`traffic` holds one :class:`~lightning_hybrid.partition.executor.LayerTraffic`
     per layer (bytes each worker sent, its peers, compute and transfer seconds, summed over batches)
@@ -97,9 +99,11 @@ class PartitionedInferenceStrategy(RoutedEvaluation, UnwrappedDDPStrategy):
         checkpoint_io: Any = None,
         precision_plugin: Any = None,
         process_group_backend: str | None = None,
+        processes_per_device: int = 1,
     ) -> None:
         super().__init__(
-            accelerator, parallel_devices, cluster_environment, checkpoint_io, precision_plugin, process_group_backend
+            accelerator, parallel_devices, cluster_environment, checkpoint_io, precision_plugin, process_group_backend,
+            processes_per_device,
         )
         if conv_partition not in CONV_PARTITIONS:
             raise ValueError(f"unknown conv_partition {conv_partition!r}; choose one of {CONV_PARTITIONS}")
@@ -159,8 +163,7 @@ class PartitionedInferenceStrategy(RoutedEvaluation, UnwrappedDDPStrategy):
     # ------------------------------------------------------------------ planning
     def _measured_abilities(self) -> list[float]:
         speed = probe_speed(self.root_device) / self.compute_slowdown
-        speeds: list[Any] = [None] * self.world_size
-        dist.all_gather_object(speeds, speed)
+        speeds = all_gather_object(speed)
         return [float(s) for s in speeds]
 
     def _executor(self, sample_shape: tuple[int, ...]) -> DistributedExecutor:
@@ -176,8 +179,7 @@ class PartitionedInferenceStrategy(RoutedEvaluation, UnwrappedDDPStrategy):
         except PartitionError as err:
             raise ValueError(f"PartitionedInferenceStrategy: {err}") from None
         signature = [[(s.kind, s.out_boxes) for s in plan.steps], {i: fc.owner.tolist() for i, fc in plan.fc.items()}]
-        signatures: list[Any] = [None] * self.world_size
-        dist.all_gather_object(signatures, signature)
+        signatures = all_gather_object(signature)
         if any(s != signatures[0] for s in signatures):
             raise RuntimeError("the ranks planned different partitions of the same network; run them on identical software")
         self.plan = plan
@@ -201,8 +203,7 @@ class PartitionedInferenceStrategy(RoutedEvaluation, UnwrappedDDPStrategy):
     def gather_traffic(self) -> list[LayerTraffic]:
         """Every rank's per-layer figures merged (all ranks call this)."""
         mine = [executor.traffic for executor in self._executors.values()]
-        everyone: list[Any] = [None] * self.world_size
-        dist.all_gather_object(everyone, mine)
+        everyone = all_gather_object(mine)
         merged: list[LayerTraffic] = []
         for shape_index, layers in enumerate(everyone[0]):
             for layer_index, layer in enumerate(layers):

@@ -23,7 +23,6 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
-import torch.distributed as dist
 from lightning_fabric.strategies import _StrategyRegistry
 from pytorch_lightning.trainer.states import RunningStage, TrainerFn
 from pytorch_lightning.utilities.data import _update_dataloader
@@ -32,6 +31,7 @@ from pytorch_lightning.utilities.rank_zero import rank_zero_warn
 from torch.utils.data import DataLoader, Sampler
 
 from lightning_hybrid.comm.channel import open_channel
+from lightning_hybrid.comm.collectives import all_gather, broadcast_
 from lightning_hybrid.comm.sync_controller import validate_staleness
 from lightning_hybrid.comm.worker_client import DatasetShape, ParameterServerClient
 from lightning_hybrid.strategies.common import (
@@ -102,8 +102,10 @@ class SSPStrategy(UnwrappedDDPStrategy):
             most ``staleness`` ahead of the slowest; no reset.
         timeout: seconds a worker or the server waits for the other side before failing with an
             error (a dead or stalled worker ends the run instead of hanging it).
-        process_group_backend: backend of the workers' own group (``None``: gloo on CPU, nccl on
-            GPU); the server channel is always gloo.
+        process_group_backend: backend of the workers' own group (``None``: nccl with one worker per
+            GPU, otherwise gloo); the server channel is always gloo with CPU tensors.
+        processes_per_device: processes started on each device the Trainer gives (``devices=1,
+            processes_per_device=2``: two processes on one GPU, whose group then uses gloo).
         batch_mode: cNeural's batch-mode master-worker training (Gu et al. 2013, paper 002) instead
             of per-step pushes: each worker trains through its own share of the data (Lightning's
             distributed sampler, or the resident shards of
@@ -156,10 +158,12 @@ class SSPStrategy(UnwrappedDDPStrategy):
         checkpoint_io: Any = None,
         precision_plugin: Any = None,
         process_group_backend: str | None = None,
+        processes_per_device: int = 1,
         batch_mode: bool = False,
     ) -> None:
         super().__init__(
-            accelerator, parallel_devices, cluster_environment, checkpoint_io, precision_plugin, process_group_backend
+            accelerator, parallel_devices, cluster_environment, checkpoint_io, precision_plugin, process_group_backend,
+            processes_per_device,
         )
         self.batch_mode = bool(batch_mode)
         self.staleness = validate_staleness(staleness, sync)
@@ -406,7 +410,7 @@ class SSPStrategy(UnwrappedDDPStrategy):
         self.client.finish(self._flat)
         self._load_flat()
         for buffer in self.lightning_module.buffers():
-            dist.broadcast(buffer, src=0)
+            broadcast_(buffer, src=0)
         if self.global_rank == 0:
             # The server's optimizer state (momentum, moments), so that checkpoints written now hold it.
             # The hyperparameters stay the local ones: the LR schedulers run here, the server only
@@ -428,8 +432,7 @@ class SSPStrategy(UnwrappedDDPStrategy):
         )
         fields = list(asdict(mine))
         local = torch.tensor([float(v) for v in asdict(mine).values()], dtype=torch.float64)
-        gathered = [torch.zeros_like(local) for _ in range(self.num_workers)]
-        dist.all_gather(gathered, local)
+        gathered = all_gather(local)
         epoch_stats = [WorkerEpochStats(**{f: type(getattr(mine, f))(v) for f, v in zip(fields, t.tolist())}) for t in gathered]
         self.history.append(epoch_stats)
         # Every worker logs the same gathered values (sync_dist averages identical numbers: no warning).

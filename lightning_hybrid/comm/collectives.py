@@ -1,0 +1,186 @@
+"""Which device each process group's tensors live on, and every collective the package issues.
+
+A process group serves tensors of one kind of device: NCCL only CUDA tensors (a CPU tensor fails
+with "No backend type associated with device type cpu"), gloo CPU tensors (some of its collectives
+also take CUDA tensors, its point-to-point messages do not), and the parameter server's side
+channel is a gloo group of CPU tensors whatever the workers train on. :func:`group_device` is the
+one place that decides, from the group's backend; the functions below move a tensor to that device
+when it is elsewhere, run the collective, and hand the result back on the tensor's own device. The
+rest of the package calls these, never ``torch.distributed``'s collectives directly (a test checks
+this), so no collective guesses a device on its own.
+
+Ranks are global ranks, as in ``torch.distributed``; ``group=None`` is the default group.
+
+Example (inside an initialized process group)::
+
+    >>> stats = torch.tensor([1.0, 2.0], dtype=torch.float64)       # doctest: +SKIP
+    >>> everyone = all_gather(stats)                              # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+#: The parameter server's side channel (:mod:`lightning_hybrid.comm.channel`) carries CPU tensors.
+SIDE_CHANNEL_DEVICE = torch.device("cpu")
+
+
+def group_device(group: dist.ProcessGroup | None = None) -> torch.device:
+    """The device ``group``'s collectives take tensors on: this rank's CUDA device for a group with
+    an NCCL backend, the CPU for any other (gloo, mpi)."""
+    if "nccl" in str(dist.get_backend(group)):
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def _staged(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``tensor`` itself when it is contiguous on ``device``, else a contiguous copy there."""
+    if tensor.device == device and tensor.is_contiguous():
+        return tensor
+    return tensor.detach().to(device).contiguous()
+
+
+def _copy_back(result: torch.Tensor, into: torch.Tensor) -> torch.Tensor:
+    if result is not into:
+        with torch.no_grad():
+            into.copy_(result)
+    return into
+
+
+def all_reduce_(tensor: torch.Tensor, op: dist.ReduceOp = dist.ReduceOp.SUM, group: dist.ProcessGroup | None = None) -> torch.Tensor:
+    """Reduce ``tensor`` across the group in place; return it."""
+    staged = _staged(tensor, group_device(group))
+    dist.all_reduce(staged, op=op, group=group)
+    return _copy_back(staged, tensor)
+
+
+def broadcast_(tensor: torch.Tensor, src: int, group: dist.ProcessGroup | None = None) -> torch.Tensor:
+    """Overwrite ``tensor`` with global rank ``src``'s in place; return it."""
+    staged = _staged(tensor, group_device(group))
+    dist.broadcast(staged, src=src, group=group)
+    return _copy_back(staged, tensor)
+
+
+def all_gather(tensor: torch.Tensor, group: dist.ProcessGroup | None = None) -> list[torch.Tensor]:
+    """Every rank's ``tensor`` (same shape and dtype on all ranks), in group rank order, on ``tensor``'s device."""
+    staged = _staged(tensor, group_device(group))
+    gathered = [torch.empty_like(staged) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(gathered, staged, group=group)
+    return [t.to(tensor.device) for t in gathered]
+
+
+def all_gather_object(obj: Any, group: dist.ProcessGroup | None = None) -> list[Any]:
+    """Every rank's picklable ``obj``, in group rank order."""
+    gathered: list[Any] = [None] * dist.get_world_size(group)
+    dist.all_gather_object(gathered, obj, group=group)
+    return gathered
+
+
+def broadcast_object(obj: Any, src: int, group: dist.ProcessGroup | None = None) -> Any:
+    """Global rank ``src``'s picklable ``obj`` on every rank (the others pass anything, e.g. None)."""
+    holder = [obj]
+    dist.broadcast_object_list(holder, src=src, group=group)
+    return holder[0]
+
+
+class PendingAllReduce:
+    """An all-reduce started by :func:`start_all_reduce`; :meth:`wait` returns the reduced tensor
+    on the device it came from."""
+
+    def __init__(self, work: dist.Work, staged: torch.Tensor, into: torch.Tensor) -> None:
+        self._work, self._staged, self._into = work, staged, into
+
+    def wait(self) -> torch.Tensor:
+        self._work.wait()
+        return _copy_back(self._staged, self._into)
+
+
+def start_all_reduce(tensor: torch.Tensor, group: dist.ProcessGroup | None = None) -> PendingAllReduce:
+    """Start summing ``tensor`` across the group in the background."""
+    staged = _staged(tensor, group_device(group))
+    return PendingAllReduce(dist.all_reduce(staged, group=group, async_op=True), staged, tensor)
+
+
+class PendingExchange:
+    """Point-to-point messages started by :func:`start_exchange`; :meth:`wait` completes them and
+    fills the receive buffers."""
+
+    def __init__(self, works: list[dist.Work], received: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        self._works, self._received = works, received
+
+    def wait(self) -> None:
+        for work in self._works:
+            work.wait()
+        for staged, into in self._received:
+            _copy_back(staged, into)
+        self._works, self._received = [], []
+
+
+def start_exchange(
+    sends: Sequence[tuple[torch.Tensor, int]],
+    recvs: Sequence[tuple[torch.Tensor, int]],
+    group: dist.ProcessGroup | None = None,
+) -> PendingExchange:
+    """Start sending each ``(tensor, peer)`` of ``sends`` and receiving into each ``(buffer, peer)``
+    of ``recvs`` (peers are global ranks), all at once."""
+    device = group_device(group)
+    ops, received = [], []
+    for tensor, peer in sends:
+        ops.append(dist.P2POp(dist.isend, _staged(tensor, device), peer, group))
+    for buffer, peer in recvs:
+        staged = _staged(buffer, device)
+        ops.append(dist.P2POp(dist.irecv, staged, peer, group))
+        received.append((staged, buffer))
+    works = dist.batch_isend_irecv(ops) if ops else []
+    return PendingExchange(works, received)
+
+
+def exchange(
+    sends: Sequence[tuple[torch.Tensor, int]],
+    recvs: Sequence[tuple[torch.Tensor, int]],
+    group: dist.ProcessGroup | None = None,
+) -> None:
+    """:func:`start_exchange`, then wait for it."""
+    start_exchange(sends, recvs, group).wait()
+
+
+def workers_backend(devices: Sequence[torch.device], requested: str | None) -> tuple[str, str | None]:
+    """The backend for a process group whose ranks run on ``devices`` (one node's; every node is
+    laid out alike), and why, when it is not the usual one for the devices.
+
+    ``requested`` is the user's ``process_group_backend`` (``None``: choose). NCCL serves CUDA
+    devices, one rank per GPU; when two ranks share a GPU the choice is gloo (NCCL refuses them).
+    A request that cannot serve the devices raises a ValueError naming the setting to change.
+
+    Example::
+
+        >>> workers_backend([torch.device("cuda", 0)] * 2, None)[0]
+        'gloo'
+    """
+    cuda = [d for d in devices if d.type == "cuda"]
+    shared = len(set(cuda)) < len(cuda)
+    if requested is not None:
+        if "nccl" in requested and len(cuda) < len(devices):
+            raise ValueError(
+                f"process_group_backend={requested!r} serves CUDA devices only, but the processes run on "
+                f"{sorted({str(d) for d in devices})}; set process_group_backend to 'gloo' or null"
+            )
+        if "nccl" in requested and shared:
+            raise ValueError(
+                f"process_group_backend={requested!r}: NCCL cannot serve two processes on one GPU "
+                f"({[str(d) for d in devices]}); set process_group_backend=null (gloo is then chosen) or give each "
+                "process a GPU of its own (trainer.devices no more than the GPUs)"
+            )
+        return requested, None
+    if not cuda:
+        return "gloo", None
+    if shared:
+        return "gloo", (
+            f"{len(cuda)} processes share {len(set(cuda))} GPU(s) ({', '.join(str(d) for d in cuda)}); NCCL cannot serve "
+            "two processes on one GPU, so their process group uses gloo (collectives go through host memory)"
+        )
+    return "nccl", None

@@ -1,0 +1,178 @@
+"""Every strategy end to end on CUDA, and the CPU suite's equalities repeated there.
+
+Run on a GPU machine with ``python -m pytest -m gpu tests/gpu`` (record the run in the README's
+"Tested on" table). Without CUDA every test here is skipped, saying so. One GPU runs each strategy
+with its processes sharing the card (the workers' group then uses gloo, chosen by the strategy);
+tests that need a GPU per process skip on fewer GPUs.
+
+Equalities across different batch layouts (two processes with batch 16 against one with batch 32)
+hold to float32 rounding; on CUDA different batch sizes pick different kernels, so those compare at
+rtol 1e-4 where the CPU suite uses 1e-5.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+TESTS = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(TESTS))
+from conftest import REAL_MNIST, run_train_script  # noqa: E402
+
+GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.multiprocess,
+    pytest.mark.skipif(GPUS == 0, reason="no CUDA device on this machine: the GPU tests need one (run them on a GPU machine)"),
+]
+two_gpus = pytest.mark.skipif(GPUS < 2, reason=f"needs 2 GPUs, this machine has {GPUS}")
+GPU = ["--accelerator", "gpu"]
+SHARED = [*GPU, "--devices", "1", "--processes-per-device", "2"]  # two processes on one GPU
+CROSS = dict(rtol=1e-4, atol=1e-5)
+
+
+def load(path: Path) -> dict:
+    return torch.load(path, weights_only=False)
+
+
+def assert_params_equal(got: dict, want: dict, **tol) -> None:
+    for name in want:
+        torch.testing.assert_close(got[name].cpu(), want[name].cpu(), msg=name, **tol)
+
+
+@pytest.fixture(scope="module")
+def single_process_reference(tmp_path_factory) -> dict:
+    """One process on the GPU with the global batch (32): what two workers of batch 16 must end with."""
+    out = tmp_path_factory.mktemp("single")
+    run_train_script(out, "--strategy", "auto", *GPU, "--devices", "1", "--batch-size", "32")
+    return load(out / "rank0.pt")
+
+
+def test_ssp_staleness_zero_with_two_workers_on_one_gpu_equals_one_process(tmp_path, single_process_reference):
+    run_train_script(tmp_path, "--strategy", "ssp", "--staleness", "0", *SHARED, "--batch-size", "16")
+    workers = [load(tmp_path / f"rank{r}.pt") for r in (0, 1)]
+    assert_params_equal(workers[0], workers[1], rtol=0, atol=0)
+    assert_params_equal(workers[0], single_process_reference, **CROSS)
+
+
+def test_allreduce_asgd_delay_zero_with_two_processes_on_one_gpu_equals_one_process(tmp_path, single_process_reference):
+    run_train_script(tmp_path, "--strategy", "asgd", "--delay", "0", *SHARED, "--batch-size", "16")
+    assert_params_equal(load(tmp_path / "rank0.pt"), single_process_reference, **CROSS)
+
+
+@pytest.mark.parametrize("variant", [["--staleness", "3", "--sync", "delay"], ["--staleness", "2", "--sync", "bounded"],
+                                     ["--staleness", "inf"]], ids=["ssp", "ssp_bounded", "ssp_async"])
+def test_ssp_variants_train_on_one_gpu(tmp_path, variant):
+    run_train_script(tmp_path, "--strategy", "ssp", *variant, *SHARED, "--slowdown", "1,2")
+    assert float((tmp_path / "test_acc.txt").read_text()) > 0.9
+
+
+@pytest.mark.parametrize("strategy", [["--strategy", "cneural", "--lr", "1.0", "--epochs", "8"],
+                                      ["--strategy", "asgd", "--delay", "1"]], ids=["cneural", "allreduce_asgd"])
+def test_one_process_on_one_gpu(tmp_path, strategy):
+    """The reported failure: cNeural with one GPU worker ended after its first epoch."""
+    run_train_script(tmp_path, *strategy, *GPU, "--devices", "1")
+    assert float((tmp_path / "test_acc.txt").read_text()) > 0.5
+
+
+@pytest.mark.parametrize("strategy", [["--strategy", "ssp", "--staleness", "2"], ["--strategy", "cneural", "--lr", "1.0"],
+                                      ["--strategy", "asgd", "--delay", "1"]], ids=["ssp", "cneural", "allreduce_asgd"])
+def test_bf16_mixed(tmp_path, strategy):
+    run_train_script(tmp_path, *strategy, *SHARED, "--precision", "bf16-mixed", "--epochs", "2")
+    assert json.loads((tmp_path / "summary.json").read_text())["val_acc"] > 0.5
+
+
+@two_gpus
+def test_ssp_staleness_zero_on_two_gpus_equals_ddp(tmp_path):
+    common = [*GPU, "--devices", "2", "--batch-size", "16"]
+    run_train_script(tmp_path / "ddp", "--strategy", "ddp", *common)
+    run_train_script(tmp_path / "ssp", "--strategy", "ssp", "--staleness", "0", *common)
+    run_train_script(tmp_path / "asgd", "--strategy", "asgd", "--delay", "0", *common)
+    ddp = load(tmp_path / "ddp" / "rank0.pt")
+    assert_params_equal(load(tmp_path / "ssp" / "rank0.pt"), ddp, rtol=1e-5, atol=1e-6)
+    assert_params_equal(load(tmp_path / "asgd" / "rank0.pt"), ddp, rtol=1e-5, atol=1e-6)
+
+
+# ---------------------------------------------------------------------- pipeline and partitioned inference
+HYBRID = TESTS / "hybrid_script.py"
+PARTITION = TESTS / "partition_script.py"
+
+
+def run_script(script: Path, out: Path, *args: str, timeout: float = 300) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_RANK", "MASTER_PORT", "WORLD_SIZE", "NODE_RANK")}
+    proc = subprocess.run([sys.executable, str(script), str(out), *args], env=env, capture_output=True, text=True,
+                          timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-6000:]
+
+
+def test_pipeline_on_one_gpu_equals_one_device(tmp_path):
+    from test_hybrid_strategy import assert_state_equal, reference_steps
+
+    run_script(HYBRID, tmp_path, "--stages", "1", "--speeds", "1", "--samples", "32", "--batch", "32", "--epochs", "2", "--momentum", "0.9",
+               *GPU)
+    _, _, reference = reference_steps(32, 2, momentum=0.9)
+    assert_state_equal(reference, {k: v.cpu() for k, v in load(tmp_path / "result.pt")["state"].items()})
+
+
+def test_pipeline_bf16_mixed_on_one_gpu(tmp_path):
+    run_script(HYBRID, tmp_path, "--stages", "1", "--speeds", "1", "--samples", "32", "--batch", "32", "--precision", "bf16-mixed", *GPU)
+    assert torch.isfinite(torch.cat([v.flatten().float() for v in load(tmp_path / "result.pt")["state"].values()])).all()
+
+
+@two_gpus
+def test_two_pipeline_stages_on_two_gpus_equal_one_device(tmp_path):
+    from test_hybrid_strategy import assert_state_equal, reference_steps
+
+    run_script(HYBRID, tmp_path, "--stages", "2", "--samples", "32", "--batch", "32", "--epochs", "2", "--momentum", "0.9",
+               *GPU)
+    _, _, reference = reference_steps(32, 2, momentum=0.9)
+    assert_state_equal(reference, {k: v.cpu() for k, v in load(tmp_path / "result.pt")["state"].items()})
+
+
+def test_partitioned_inference_on_one_gpu_equals_the_plain_model(tmp_path):
+    run_script(PARTITION, tmp_path, "--models", "lenet", "vgg", "--abilities", "1,2", *GPU, "--processes-per-device", "2")
+    for name in ("lenet", "vgg"):
+        for rank in (0, 1):
+            saved = load(tmp_path / f"{name}_rank{rank}.pt")
+            torch.testing.assert_close(saved["logits"], saved["reference"], rtol=1e-4, atol=1e-4)
+
+
+@two_gpus
+def test_partitioned_inference_on_two_gpus_equals_the_plain_model(tmp_path):
+    run_script(PARTITION, tmp_path, "--models", "lenet", "--abilities", "1,2", *GPU)
+    for rank in (0, 1):
+        saved = load(tmp_path / f"lenet_rank{rank}.pt")
+        torch.testing.assert_close(saved["logits"], saved["reference"], rtol=1e-4, atol=1e-4)
+
+
+# ---------------------------------------------------------------------- faults and the command line
+def test_out_of_memory_on_one_worker_ends_the_run_on_every_rank(tmp_path):
+    start = time.perf_counter()
+    proc = run_train_script(tmp_path, "--strategy", "ssp", *SHARED, "--oom-rank", "1", "--oom-step", "3",
+                            "--timeout", "60", check=False, timeout=180)
+    assert proc.returncode != 0
+    assert "out of memory" in proc.stderr.lower(), proc.stderr[-3000:]
+    assert time.perf_counter() - start < 150
+
+
+needs_mnist = pytest.mark.skipif(not (REAL_MNIST / "train-images-idx3-ubyte.gz").is_file(),
+                                 reason=f"real MNIST not found in {REAL_MNIST}")
+
+
+@needs_mnist
+@pytest.mark.parametrize("overrides", [["strategy=cneural", "trainer.devices=1"], ["strategy=ssp", "trainer.devices=2"]],
+                         ids=["cneural_one_gpu", "ssp_two_workers_one_gpu"])
+def test_the_command_line_trains_and_tests_on_a_gpu(tmp_path, overrides):
+    from conftest import run_cli
+
+    proc = run_cli(*overrides, "trainer=gpu", f"data.root={REAL_MNIST}", "trainer.max_epochs=1", cwd=tmp_path,
+                   timeout=600)
+    (metrics,) = tmp_path.glob("outputs/runs/*/metrics.json")
+    assert json.loads(metrics.read_text())["test/acc"] > 0.5, proc.stdout[-2000:]
