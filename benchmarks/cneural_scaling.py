@@ -85,7 +85,7 @@ def train(store: str, workers: int, epochs: int, extra: list[str], workdir: Path
     if len(rows) < 3:
         raise RuntimeError(f"{name}: {len(rows)} epochs logged; run at least 3 (--epochs)")
     between_ends = [b["time/elapsed_s"] - a["time/elapsed_s"] for a, b in zip(rows, rows[1:])]
-    wait = [statistics.fmean(r[f"ssp/worker{w}/wait_s"] for r in rows[1:]) for w in range(workers)]
+    wait = [statistics.fmean(r[f"cneural/worker{w}/wait_s"] for r in rows[1:]) for w in range(workers)]
     return {
         "name": name, "workers": workers,
         "epoch_s": statistics.median(r["time/epoch_s"] for r in rows[1:]),

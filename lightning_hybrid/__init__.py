@@ -3,6 +3,7 @@
 from lightning_hybrid.classifier import ClassifierModule
 from lightning_hybrid.strategies import (
     AllReduceASGDStrategy,
+    CNeuralStrategy,
     HybridParallelStrategy,
     PartitionedInferenceStrategy,
     SSPStrategy,
@@ -12,6 +13,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AllReduceASGDStrategy",
+    "CNeuralStrategy",
     "ClassifierModule",
     "HybridParallelStrategy",
     "PartitionedInferenceStrategy",

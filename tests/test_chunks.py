@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from lightning_hybrid.comm.chunks import ChunkDispenser
+from lightning_hybrid.parameter_server.dispenser import ChunkDispenser
 
 
 def drain(dispenser: ChunkDispenser, order: list[int]) -> dict[int, list[torch.Tensor]]:

@@ -15,7 +15,7 @@ import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
 
-from lightning_hybrid import SSPStrategy
+from lightning_hybrid import CNeuralStrategy, SSPStrategy
 from lightning_hybrid.data import ShardDataModule, ShardError, pack
 from lightning_hybrid.models import MLP
 
@@ -92,7 +92,9 @@ def test_not_resident_rereads_the_store_every_epoch(stores, tmp_path):
 
 def test_batch_mode_strategy_api():
     assert "cneural" in pl.strategies.StrategyRegistry
-    strategy = SSPStrategy(batch_mode=True, staleness=5)
+    with pytest.warns(DeprecationWarning, match="use CNeuralStrategy"):
+        strategy = SSPStrategy(batch_mode=True, staleness=5)
+    assert isinstance(strategy, CNeuralStrategy)
     assert strategy.batch_mode and strategy.staleness == 0  # one bulk-synchronous round per pass
     trainer = pl.Trainer(accelerator="cpu", devices=1, strategy=strategy, logger=False, limit_train_batches=0.5)
     strategy.check_trainer(trainer, None)  # one worker and fractional limits are fine in batch mode
@@ -162,7 +164,7 @@ def test_a_killed_run_resumes_from_its_last_epoch_and_loses_nothing(stores, tmp_
         assert first.poll() is None, f"the run ended before its second epoch:\n{(tmp_path / 'first.log').read_text()[-4000:]}"
         assert time.monotonic() < deadline, "no checkpoint of epoch 1 within 180 s"
         time.sleep(0.05)
-    needle = "lightning_hybrid.cli" if victim == "worker" else "lightning_hybrid.comm.parameter_server"
+    needle = "lightning_hybrid.cli" if victim == "worker" else "lightning_hybrid.parameter_server.server"
     (target,) = [pid for pid, cmdline in _children(first.pid) if needle in cmdline]
     server = [pid for pid, cmdline in _children(first.pid) if "parameter_server" in cmdline]
     os.kill(target, signal.SIGSTOP)  # frozen mid-run: no further epoch can complete without it

@@ -4,7 +4,7 @@ The bug class: a collective issued with tensors on a device its group cannot ser
 all-gathered on the workers' NCCL group ended every SSP run on GPUs). On a machine without a GPU it
 cannot happen for real, so the CPU suite checks that the package cannot write it: no module but
 ``comm/collectives.py`` calls torch.distributed's collectives (which move tensors to the group's
-device), and the side channel, the only group of its own, is used through ``comm/channel.py`` only.
+device), and the side channel, the only group of its own, is used through ``parameter_server/channel.py`` only.
 ``tests/gpu`` runs the strategies on CUDA.
 """
 
@@ -30,7 +30,7 @@ COLLECTIVES = {
     "all_to_all", "all_to_all_single", "send", "recv", "isend", "irecv", "batch_isend_irecv", "P2POp",
 }
 ALLOWED = {PACKAGE / "comm" / "collectives.py"}
-CHANNEL = PACKAGE / "comm" / "channel.py"
+CHANNEL = PACKAGE / "parameter_server" / "channel.py"
 
 
 def distributed_aliases(tree: ast.AST) -> tuple[set[str], set[str]]:

@@ -6,10 +6,7 @@ channel) against a real server process started the way SSPStrategy starts it.
 
 from __future__ import annotations
 
-import os
 import socket
-import subprocess
-import sys
 import threading
 import time
 
@@ -17,8 +14,10 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from lightning_hybrid.comm.channel import ChannelClosedError, open_channel
-from lightning_hybrid.comm.worker_client import DatasetShape, ParameterServerClient
+from lightning_hybrid.parameter_server.channel import ChannelClosedError, open_channel
+from lightning_hybrid.parameter_server.client import DatasetShape, ParameterServerClient
+from lightning_hybrid.parameter_server.protocol import ServerSettings
+from lightning_hybrid.parameter_server.server import start_server
 
 pytestmark = pytest.mark.multiprocess
 
@@ -35,10 +34,7 @@ def server(request):
     staleness, sync = request.param
     port = free_port()
     store = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "lightning_hybrid.comm.parameter_server", "--host", "127.0.0.1", "--port", str(port),
-         "--prefix", "t/", "--workers", "2", "--timeout", "30", "--staleness", str(staleness), "--sync", sync],
-    )
+    proc = start_server(ServerSettings("127.0.0.1", port, "t/", workers=2, staleness=staleness, sync=sync, timeout=30))
     pgs = [None, None]
 
     def join(rank):

@@ -189,7 +189,7 @@ def test_every_rank_predicts_what_one_device_does(tmp_path, abilities, conv, fc,
         traffic = saved["traffic"]
         assert traffic and sum(t.total_bytes for t in traffic) > 0
         assert all(len(t.bytes_sent) == workers for t in traffic)
-    lenet_traffic = torch.load(tmp_path / f"lenet_rank0.pt", weights_only=False)["traffic"]
+    lenet_traffic = torch.load(tmp_path / "lenet_rank0.pt", weights_only=False)["traffic"]
     plan = plan_partition(lenet(), (1, 28, 28), [float(a) for a in abilities.split(",")], conv, fc)
     expected = plan_traffic(plan, batch=5)
     assert [t.bytes_sent for t in lenet_traffic] == [t.bytes_sent for t in expected[: len(lenet_traffic)]]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch import nn
 
 from lightning_hybrid.models import ResAttNet3D
 from lightning_hybrid.models.resattnet3d import ResidualSelfAttention3d

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from lightning_hybrid.comm.sync_controller import SyncController, validate_staleness
+from lightning_hybrid.parameter_server.sync_controller import SyncController, validate_staleness
 
 
 def simulate(controller: SyncController, step_times: list[float], iterations_per_epoch: int, epochs: int = 1):

@@ -22,7 +22,8 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from lightning_hybrid import AllReduceASGDStrategy, ClassifierModule, SSPStrategy
+from lightning_hybrid import AllReduceASGDStrategy, ClassifierModule, CNeuralStrategy, SSPStrategy
+from lightning_hybrid.strategies import ParameterServerStrategy
 from lightning_hybrid.callbacks import EpochTimer
 from lightning_hybrid.data.base import EpochSeededRandomSampler
 from lightning_hybrid.data.synthetic import synthetic_classification
@@ -128,9 +129,10 @@ def main() -> None:
     pl.seed_everything(0)
     strategy = args.strategy
     shared = {"processes_per_device": args.processes_per_device}
-    if strategy in ("ssp", "cneural"):
-        strategy = SSPStrategy(staleness=args.staleness, sync=args.sync, timeout=args.timeout,
-                               batch_mode=strategy == "cneural", **shared)
+    if strategy == "ssp":
+        strategy = SSPStrategy(staleness=args.staleness, sync=args.sync, timeout=args.timeout, **shared)
+    elif strategy == "cneural":
+        strategy = CNeuralStrategy(timeout=args.timeout, **shared)
     elif strategy == "asgd":
         strategy = AllReduceASGDStrategy(
             delay=args.delay, compensation=args.compensation, dc_lambda=args.dc_lambda, warmup_steps=args.warmup,
@@ -164,7 +166,7 @@ def main() -> None:
     rank = trainer.global_rank
     torch.save({k: v.detach().clone() for k, v in module.state_dict().items()}, args.out / f"rank{rank}.pt")
     torch.save(module.seen, args.out / f"indices_rank{rank}.pt")
-    if isinstance(strategy, SSPStrategy) and trainer.is_global_zero:
+    if isinstance(strategy, ParameterServerStrategy) and trainer.is_global_zero:
         history = [[asdict(s) for s in epoch] for epoch in strategy.history]
         (args.out / "ssp_history.json").write_text(json.dumps(history))
     (result,) = trainer.test(module, datamodule=data, verbose=False)

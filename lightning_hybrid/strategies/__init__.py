@@ -1,4 +1,5 @@
-"""Lightning strategies of the suite (Lightning glue only; the algorithms live in ``comm/`` and friends).
+"""Lightning strategies of the suite (Lightning glue only; the algorithms live in ``comm/``,
+``parameter_server/``, ``pipeline/``, ``placement/`` and ``partition/``).
 
 Importing this package registers each strategy's string aliases with Lightning's
 ``StrategyRegistry`` (``import lightning_hybrid`` does so): ``"ssp"``, ``"ssp_bounded"``,
@@ -9,18 +10,20 @@ Importing this package registers each strategy's string aliases with Lightning's
 from pytorch_lightning.strategies import StrategyRegistry
 
 from lightning_hybrid.strategies.allreduce_asgd import AllReduceASGDStrategy
+from lightning_hybrid.strategies.cneural import CNeuralStrategy
 from lightning_hybrid.strategies.hybrid import HybridParallelStrategy
+from lightning_hybrid.strategies.parameter_server import ParameterServerStrategy
 from lightning_hybrid.strategies.partitioned_inference import PartitionedInferenceStrategy
 from lightning_hybrid.strategies.ssp import ServerSampler, SSPStrategy
 
-SSPStrategy.register_strategies(StrategyRegistry)
-AllReduceASGDStrategy.register_strategies(StrategyRegistry)
-HybridParallelStrategy.register_strategies(StrategyRegistry)
-PartitionedInferenceStrategy.register_strategies(StrategyRegistry)
+for _strategy in (SSPStrategy, CNeuralStrategy, AllReduceASGDStrategy, HybridParallelStrategy, PartitionedInferenceStrategy):
+    _strategy.register_strategies(StrategyRegistry)
 
 __all__ = [
     "AllReduceASGDStrategy",
+    "CNeuralStrategy",
     "HybridParallelStrategy",
+    "ParameterServerStrategy",
     "PartitionedInferenceStrategy",
     "SSPStrategy",
     "ServerSampler",

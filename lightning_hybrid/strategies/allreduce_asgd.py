@@ -22,6 +22,7 @@ from lightning_hybrid.strategies.common import (
     refuse_grad_scaler,
     refuse_manual_optimization,
     refuse_mid_epoch_checkpoints,
+    single_optimizer,
     unwrap_optimizer,
 )
 
@@ -133,13 +134,10 @@ class AllReduceASGDStrategy(UnwrappedDDPStrategy):
         if trainer.state.fn != TrainerFn.FITTING:
             return
         self.check_trainer(trainer, self.lightning_module)
-        if len(self.optimizers) != 1:
-            raise ValueError(
-                f"AllReduceASGDStrategy supports exactly one optimizer, configure_optimizers returned {len(self.optimizers)}"
-            )
+        optimizer = single_optimizer("AllReduceASGDStrategy", self.optimizers)
         if self._group is None:
             self._group = dist.new_group(backend=self._get_process_group_backend())
-        params = [p for group in self.optimizers[0].param_groups for p in group["params"]]
+        params = [p for group in optimizer.param_groups for p in group["params"]]
         self.exchange = DelayedAllReduce(
             params, self.delay, self.bucket_size_mb, group=self._group, compensation=self.compensation,
             dc_lambda=self.dc_lambda, latency_s=self.collective_latency_s,

@@ -77,6 +77,13 @@ def refuse_mid_epoch_checkpoints(name: str, trainer: pl.Trainer) -> None:
             )
 
 
+def single_optimizer(name: str, optimizers: list[torch.optim.Optimizer]) -> torch.optim.Optimizer:
+    """The one optimizer of ``configure_optimizers``, or a ValueError saying the strategy needs exactly one."""
+    if len(optimizers) != 1:
+        raise ValueError(f"{name} supports exactly one optimizer, configure_optimizers returned {len(optimizers)}")
+    return optimizers[0]
+
+
 def refuse_grad_scaler(name: str, precision_plugin: Any) -> None:
     if getattr(precision_plugin, "scaler", None) is not None:
         raise ValueError(f"{name} does not support fp16 with a gradient scaler; use precision='bf16-mixed' or 32.")

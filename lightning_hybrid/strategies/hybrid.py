@@ -35,6 +35,7 @@ from lightning_hybrid.strategies.common import (
     refuse_grad_scaler,
     refuse_manual_optimization,
     refuse_mid_epoch_checkpoints,
+    single_optimizer,
     unwrap_optimizer,
 )
 
@@ -254,10 +255,7 @@ class HybridParallelStrategy(RoutedEvaluation, UnwrappedDDPStrategy):
                 if position == self.global_rank % stages:
                     self._dp_group = group
         if trainer.state.fn == TrainerFn.FITTING:
-            if len(self.optimizers) != 1:
-                raise ValueError(
-                    f"HybridParallelStrategy supports exactly one optimizer, configure_optimizers returned {len(self.optimizers)}"
-                )
+            single_optimizer("HybridParallelStrategy", self.optimizers)
             self._accumulate = max(trainer.accumulate_grad_batches, 1)
             self.attach_sync_points(trainer)
         self._wrap_gradient_clipping()

@@ -4,8 +4,9 @@ Lightning's default process group holds the workers only, so Lightning's and tor
 collectives never involve the server. The server and the workers additionally join a separate
 gloo group built on the run's rendezvous store (``MASTER_ADDR:MASTER_PORT``, under a key prefix):
 server rank 0, worker ``w`` rank ``w + 1``. It reaches across hosts exactly as the default group
-does, so the same code runs on one box and on a cluster. Messages are a fixed-size int64 header
-followed by an optional payload tensor.
+does, so the same code runs on one box and on a cluster. It carries CPU tensors
+(:data:`~lightning_hybrid.comm.collectives.SIDE_CHANNEL_DEVICE`) whatever the workers train on:
+messages of :mod:`~lightning_hybrid.parameter_server.protocol` and their payloads.
 """
 
 from __future__ import annotations
@@ -13,26 +14,16 @@ from __future__ import annotations
 import datetime
 import io
 import pickle
-from enum import IntEnum
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from lightning_hybrid.comm.collectives import SIDE_CHANNEL_DEVICE
-
-HEADER_LEN = 8
-TAG_REQUEST, TAG_REQUEST_PAYLOAD, TAG_REPLY, TAG_REPLY_PAYLOAD = 11, 12, 13, 14
-
-
-class Op(IntEnum):
-    INIT = 1  # worker 0 -> server: run configuration, optimizer (pickled)
-    CHUNK = 2  # next batch of sample indices for this epoch
-    PUSH = 3  # a gradient (and the learning rates); the reply is the newest parameters
-    FINISH = 4  # no more data this epoch; the reply comes at the global synchronization
-    STATE = 5  # the server's optimizer state (pickled)
-    SHUTDOWN = 6
-    ERROR = 7  # server -> worker: the request failed; payload is the message
+from lightning_hybrid.parameter_server.protocol import (
+    HEADER_LEN, TAG_REPLY, TAG_REPLY_PAYLOAD, TAG_REQUEST, TAG_REQUEST_PAYLOAD, Message, decode, encode,
+)
 
 
 class ChannelClosedError(RuntimeError):
@@ -44,13 +35,6 @@ def open_channel(host: str, port: int, prefix: str, rank: int, size: int, timeou
     timeout = datetime.timedelta(seconds=timeout_s)
     store = dist.TCPStore(host, port, is_master=False, timeout=timeout)
     return dist.ProcessGroupGloo(dist.PrefixStore(prefix, store), rank, size, timeout)
-
-
-def header(op: int, *fields: int) -> torch.Tensor:
-    values = [int(op), *[int(f) for f in fields]]
-    if len(values) > HEADER_LEN:
-        raise ValueError(f"header holds {HEADER_LEN} fields, got {len(values)}")
-    return torch.tensor(values + [0] * (HEADER_LEN - len(values)), dtype=torch.int64)
 
 
 def send(pg: dist.ProcessGroup, tensor: torch.Tensor, dst: int, tag: int) -> None:
@@ -66,11 +50,30 @@ def recv(pg: dist.ProcessGroup, tensor: torch.Tensor, src: int, tag: int) -> tor
     return tensor
 
 
-def recv_any(pg: dist.ProcessGroup, tensor: torch.Tensor, tag: int) -> int:
-    """Receive into ``tensor`` from whichever rank sends first; return that rank."""
-    work = pg.recv_anysource([tensor], tag)
+def send_message(pg: dist.ProcessGroup, message: Message, dst: int, payloads: Sequence[torch.Tensor] = (),
+                 reply: bool = False) -> None:
+    """Send a request (or, with ``reply``, a reply) and its payloads to channel rank ``dst``."""
+    send(pg, encode(message), dst, TAG_REPLY if reply else TAG_REQUEST)
+    for payload in payloads:
+        send(pg, payload, dst, TAG_REPLY_PAYLOAD if reply else TAG_REQUEST_PAYLOAD)
+
+
+def receive_reply(pg: dist.ProcessGroup, src: int) -> Message:
+    header = torch.empty(HEADER_LEN, dtype=torch.int64)
+    return decode(recv(pg, header, src, TAG_REPLY))
+
+
+def receive_request(pg: dist.ProcessGroup) -> tuple[int, Message]:
+    """The next request from whichever rank sends first: ``(that rank, the request)``."""
+    header = torch.empty(HEADER_LEN, dtype=torch.int64)
+    work = pg.recv_anysource([header], TAG_REQUEST)
     work.wait()
-    return work._source_rank()
+    return work._source_rank(), decode(header)
+
+
+def receive_payload(pg: dist.ProcessGroup, tensor: torch.Tensor, src: int, reply: bool) -> torch.Tensor:
+    """Receive a payload of a request (or, with ``reply``, of a reply) into ``tensor``."""
+    return recv(pg, tensor, src, TAG_REPLY_PAYLOAD if reply else TAG_REQUEST_PAYLOAD)
 
 
 def to_bytes(obj: Any) -> torch.Tensor:

@@ -1,0 +1,12 @@
+"""The parameter server in plain torch.distributed, testable without a Trainer.
+
+* :mod:`~lightning_hybrid.parameter_server.protocol`: typed requests and replies, the server's settings.
+* :mod:`~lightning_hybrid.parameter_server.channel`: the side channel (a gloo group of its own, CPU tensors).
+* :mod:`~lightning_hybrid.parameter_server.server`: the server process (optimizer, parameters, data).
+* :mod:`~lightning_hybrid.parameter_server.client`: the workers' end of the protocol.
+* :mod:`~lightning_hybrid.parameter_server.sync_controller`: the staleness rules (BSP, delay, bounded, async).
+* :mod:`~lightning_hybrid.parameter_server.dispenser`: handing out an epoch's batches on request.
+
+The Lightning strategies on top are :class:`~lightning_hybrid.SSPStrategy` and
+:class:`~lightning_hybrid.CNeuralStrategy` (:mod:`lightning_hybrid.strategies.parameter_server`).
+"""

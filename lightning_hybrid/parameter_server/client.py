@@ -1,0 +1,108 @@
+"""The worker's end of the parameter-server protocol (see :mod:`~lightning_hybrid.parameter_server.server`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from lightning_hybrid.parameter_server import channel
+from lightning_hybrid.parameter_server.channel import ChannelClosedError
+from lightning_hybrid.parameter_server.protocol import (
+    Bye, Chunk, DatasetShape, Finish, GetState, Init, Initialized, Message, NextChunk, Parameters, Push, Refused,
+    Shutdown, State,
+)
+
+__all__ = ["ChannelClosedError", "DatasetShape", "ParameterServerClient", "PullInfo"]
+
+
+@dataclass
+class PullInfo:
+    """What came back with the parameters (see :class:`~lightning_hybrid.parameter_server.protocol.Parameters`)."""
+
+    version: int
+    staleness: int
+    gap: int
+    max_gap: int
+    global_syncs: int
+    chunk: torch.Tensor | None = None  # the next batch's sample indices, when one was asked for and dealt
+    epoch_over: bool = False  # asked for the next batch, but the epoch has none left
+
+
+class ParameterServerClient:
+    """Requests from worker ``worker`` (of the Lightning world) to the server over the side channel."""
+
+    def __init__(self, pg, worker: int) -> None:
+        self.pg = pg
+        self.worker = worker
+
+    def _request(self, request: Message, expected: type[Message], payloads: Sequence[torch.Tensor] = ()) -> Any:
+        try:
+            channel.send_message(self.pg, request, 0, payloads)
+            reply = channel.receive_reply(self.pg, 0)
+        except RuntimeError as err:
+            raise ChannelClosedError(
+                f"worker {self.worker}: no answer from the parameter server to {type(request).__name__} ({err}). The "
+                "server died, or a worker it waits for died or stalled past the timeout; see the other processes' errors."
+            ) from err
+        if isinstance(reply, Refused):
+            text = bytes(self._receive(torch.empty(reply.nbytes, dtype=torch.uint8)).tolist()).decode()
+            raise RuntimeError(f"parameter server refused {type(request).__name__.upper()} from worker {self.worker}: {text}")
+        if not isinstance(reply, expected):
+            raise RuntimeError(f"the parameter server answered {type(request).__name__} with {type(reply).__name__}")
+        return reply
+
+    def _receive(self, tensor: torch.Tensor) -> torch.Tensor:
+        return channel.receive_payload(self.pg, tensor, 0, reply=True)
+
+    def init(self, optimizer: torch.optim.Optimizer) -> int:
+        """Send the optimizer with its parameters and state (worker 0 only); return the parameter count."""
+        data = channel.to_bytes({"optimizer": optimizer})
+        return self._request(Init(data.numel()), Initialized, [data]).num_params
+
+    def next_chunk(self, epoch: int, dataset: DatasetShape) -> torch.Tensor | None:
+        """The next sample indices to train on this epoch, or None when the epoch is done."""
+        reply = self._request(NextChunk.of(epoch, dataset), Chunk)
+        return self._receive(torch.empty(reply.length, dtype=torch.int64)) if reply.length else None
+
+    def _receive_params(self, reply: Parameters, out: torch.Tensor) -> PullInfo:
+        self._receive(out)
+        info = PullInfo(reply.version, reply.staleness, reply.gap, reply.max_gap, reply.global_syncs)
+        if reply.chunk > 0:
+            info.chunk = self._receive(torch.empty(reply.chunk, dtype=torch.int64))
+        info.epoch_over = reply.chunk < 0
+        return info
+
+    def push(
+        self,
+        flat_grad: torch.Tensor,
+        lrs: Sequence[float],
+        out: torch.Tensor,
+        next_chunk_of_epoch: int | None = None,
+        weight: int = 1,
+    ) -> PullInfo:
+        """Push a gradient; block until the server lets this worker go on; newest parameters into ``out``.
+
+        With ``next_chunk_of_epoch``, the worker's next batch of that epoch comes back with the
+        parameters (``PullInfo.chunk``, or ``PullInfo.epoch_over``), saving a round trip.
+        With staleness 0 the server divides the round's summed pushes by their summed ``weight``:
+        push a mean gradient with weight 1, or a sum over ``n`` samples with weight ``n``.
+        """
+        lr_tensor = torch.tensor(list(lrs), dtype=torch.float64)
+        want = -1 if next_chunk_of_epoch is None else next_chunk_of_epoch
+        reply = self._request(Push(len(lrs), flat_grad.numel(), want, weight), Parameters, [lr_tensor, flat_grad])
+        return self._receive_params(reply, out)
+
+    def finish(self, out: torch.Tensor) -> PullInfo:
+        """Report the end of this worker's epoch; block until every worker has; parameters into ``out``."""
+        return self._receive_params(self._request(Finish(), Parameters), out)
+
+    def optimizer_state(self) -> dict[str, Any]:
+        """The server's optimizer state dict."""
+        reply = self._request(GetState(), State)
+        return channel.from_bytes(self._receive(torch.empty(reply.nbytes, dtype=torch.uint8)))
+
+    def shutdown(self) -> None:
+        self._request(Shutdown(), Bye)

@@ -1,0 +1,231 @@
+"""The parameter server's wire protocol: typed requests and replies, and the server's settings.
+
+A message is a fixed-size int64 header (the message's op code, then its fields) followed by the
+payload tensors its fields describe, each sent on its own tag over the side channel
+(:mod:`~lightning_hybrid.parameter_server.channel`). Every message is a frozen dataclass of ints;
+:func:`encode` and :func:`decode` turn one into a header and back, so neither end handles op codes
+or field positions. What each request does is described in :mod:`~lightning_hybrid.parameter_server.server`.
+
+Requests (worker -> server) and the reply each gets:
+
+=================  ==========================================  ==================================
+request            payloads after the header                   reply
+=================  ==========================================  ==================================
+:class:`Init`      the pickled optimizer (uint8, ``nbytes``)   :class:`Initialized`
+:class:`NextChunk`                                             :class:`Chunk` (+ int64 indices)
+:class:`Push`      learning rates (float64), gradient          :class:`Parameters` (+ parameters,
+                   (float32, ``numel``)                        + the next chunk if asked for)
+:class:`Finish`                                                :class:`Parameters`, at the epoch's
+                                                               global synchronization
+:class:`GetState`                                              :class:`State` (+ pickled state)
+:class:`Shutdown`                                              :class:`Bye`
+=================  ==========================================  ==================================
+
+Any request may instead be answered by :class:`Refused` (+ the message, uint8).
+
+The server's settings (:class:`ServerSettings`) reach the server process as JSON on its standard
+input, not as command-line strings.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+from typing import ClassVar
+
+import torch
+
+from lightning_hybrid.parameter_server.sync_controller import validate_staleness
+
+HEADER_LEN = 8
+TAG_REQUEST, TAG_REQUEST_PAYLOAD, TAG_REPLY, TAG_REPLY_PAYLOAD = 11, 12, 13, 14
+
+
+@dataclass(frozen=True)
+class Message:
+    """A header's fields, all ints; subclasses set ``op``."""
+
+    op: ClassVar[int] = 0
+
+
+# ---------------------------------------------------------------------- requests
+@dataclass(frozen=True)
+class Init(Message):
+    """Worker 0, once per fit: the user's optimizer with the parameters it holds (pickled)."""
+
+    op: ClassVar[int] = 1
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class DatasetShape:
+    """What the server needs to deal an epoch: sizes, the shuffle seed, a cap on batches."""
+
+    num_samples: int
+    batch_size: int
+    drop_last: bool = False
+    max_chunks: int | None = None
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class NextChunk(Message):
+    """The next batch of sample indices of ``epoch`` (the first request describes the dataset)."""
+
+    op: ClassVar[int] = 2
+    epoch: int
+    num_samples: int
+    batch_size: int
+    drop_last: int
+    max_chunks: int  # -1: no cap
+    seed: int
+
+    @classmethod
+    def of(cls, epoch: int, dataset: DatasetShape) -> NextChunk:
+        cap = -1 if dataset.max_chunks is None else dataset.max_chunks
+        return cls(epoch, dataset.num_samples, dataset.batch_size, int(dataset.drop_last), cap, dataset.seed)
+
+    @property
+    def dataset(self) -> DatasetShape:
+        cap = None if self.max_chunks < 0 else self.max_chunks
+        return DatasetShape(self.num_samples, self.batch_size, bool(self.drop_last), cap, self.seed)
+
+
+@dataclass(frozen=True)
+class Push(Message):
+    """A gradient and the learning rates of the worker's parameter groups. With ``chunk_epoch >= 0``
+    the worker's next batch of that epoch comes back with the parameters. ``weight``: what the
+    gradient stands for when a round is averaged (1 per mini-batch, or samples summed in batch mode)."""
+
+    op: ClassVar[int] = 3
+    num_groups: int
+    numel: int
+    chunk_epoch: int = -1
+    weight: int = 1
+
+
+@dataclass(frozen=True)
+class Finish(Message):
+    """This worker's data of the epoch ran out; the reply comes at the epoch's global synchronization."""
+
+    op: ClassVar[int] = 4
+
+
+@dataclass(frozen=True)
+class GetState(Message):
+    """The server's optimizer state dict (for checkpoints)."""
+
+    op: ClassVar[int] = 5
+
+
+@dataclass(frozen=True)
+class Shutdown(Message):
+    op: ClassVar[int] = 6
+
+
+# ---------------------------------------------------------------------- replies
+@dataclass(frozen=True)
+class Refused(Message):
+    """The request failed on the server; the payload is the message (uint8)."""
+
+    op: ClassVar[int] = 7
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class Initialized(Message):
+    op: ClassVar[int] = 8
+    num_params: int
+
+
+@dataclass(frozen=True)
+class Chunk(Message):
+    """``length`` sample indices follow (int64); 0: the epoch has no batch left for this worker."""
+
+    op: ClassVar[int] = 9
+    length: int
+
+
+@dataclass(frozen=True)
+class Parameters(Message):
+    """The newest parameters follow (float32), then, when ``chunk > 0``, the next batch's indices.
+
+    ``chunk``: the length of that batch, -1 when one was asked for but the epoch is over, 0 when
+    none was asked for."""
+
+    op: ClassVar[int] = 10
+    version: int  # updates the server has applied
+    staleness: int  # updates applied between this worker's read and its just-applied gradient
+    gap: int  # iterations this worker is ahead of the slowest active one, as it starts the next
+    max_gap: int  # the largest gap recorded so far
+    global_syncs: int  # delay-mode synchronizations (or BSP rounds) so far
+    chunk: int = 0
+
+
+@dataclass(frozen=True)
+class State(Message):
+    op: ClassVar[int] = 11
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class Bye(Message):
+    op: ClassVar[int] = 12
+
+
+MESSAGES: dict[int, type[Message]] = {
+    cls.op: cls for cls in (Init, NextChunk, Push, Finish, GetState, Shutdown, Refused, Initialized, Chunk, Parameters,
+                            State, Bye)
+}
+
+
+def encode(message: Message) -> torch.Tensor:
+    """The header of ``message``: its op code, then its fields in order, zero-padded."""
+    values = [message.op, *(int(getattr(message, f.name)) for f in fields(message))]
+    if len(values) > HEADER_LEN:
+        raise ValueError(f"{type(message).__name__} has {len(values) - 1} fields; a header holds {HEADER_LEN - 1}")
+    return torch.tensor(values + [0] * (HEADER_LEN - len(values)), dtype=torch.int64)
+
+
+def decode(header: torch.Tensor) -> Message:
+    """The message a header holds (a ValueError for an unknown op code)."""
+    values = header.tolist()
+    cls = MESSAGES.get(values[0])
+    if cls is None:
+        raise ValueError(f"unknown parameter-server message op {values[0]}")
+    return cls(*values[1 : 1 + len(fields(cls))])
+
+
+# ---------------------------------------------------------------------- the server's settings
+@dataclass(frozen=True)
+class ServerSettings:
+    """Everything the server process needs, handed to it as data (JSON on its standard input).
+
+    Args:
+        host, port: the run's rendezvous store (``MASTER_ADDR``/``MASTER_PORT``).
+        prefix: the side channel's key prefix in that store (one per fit).
+        workers: worker processes (the channel has one rank more: the server's).
+        staleness: iterations the fastest worker may lead the slowest (``inf``: never wait).
+        sync: ``"delay"`` or ``"bounded"`` (see :mod:`~lightning_hybrid.parameter_server.sync_controller`).
+        timeout: seconds the server waits for a worker before failing.
+    """
+
+    host: str
+    port: int
+    prefix: str
+    workers: int
+    staleness: float
+    sync: str = "delay"
+    timeout: float = 1800.0
+
+    def __post_init__(self) -> None:
+        if self.workers < 1:
+            raise ValueError(f"the parameter server needs at least one worker, got {self.workers}")
+        validate_staleness(self.staleness, self.sync)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))  # inf is written as Infinity, which json reads back
+
+    @classmethod
+    def from_json(cls, text: str) -> ServerSettings:
+        return cls(**json.loads(text))

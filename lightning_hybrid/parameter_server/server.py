@@ -1,0 +1,255 @@
+"""The parameter server process: authoritative parameters, the optimizer, the data.
+
+Started by global rank 0 of a parameter-server strategy (:func:`start_server`; its
+:class:`~lightning_hybrid.parameter_server.protocol.ServerSettings` arrive as JSON on standard
+input), it joins the side channel (:mod:`~lightning_hybrid.parameter_server.channel`) as rank 0
+and serves the requests of :mod:`~lightning_hybrid.parameter_server.protocol` one at a time:
+
+* ``Init`` (worker 0, once per fit): the user's optimizer, pickled with the parameters it holds.
+  Those parameter tensors become the authoritative copy, laid out in one flat CPU buffer
+  (gradients too), so a push is received straight into place.
+* ``NextChunk``: the next batch of sample indices
+  (:class:`~lightning_hybrid.parameter_server.dispenser.ChunkDispenser`); the first request
+  describes the dataset (size, batch size, seed).
+* ``Push``: a gradient and the learning rates the worker's scheduler gives (and, optionally, a
+  request for the worker's next batch, which then comes back with the parameters). With staleness
+  > 0 it is applied at once by the optimizer; with staleness 0 the round's gradients are averaged
+  into one step, each weighted by the weight it comes with: 1 per mini-batch, or, in batch mode
+  (cNeural, paper 002), the number of samples whose gradients a worker summed over its whole
+  shard, so that the step takes the mean gradient over the whole training set. Whether and when
+  the worker gets the newest parameters back is the
+  :class:`~lightning_hybrid.parameter_server.sync_controller.SyncController`'s decision.
+* ``Finish``: the worker's data ran out; when every worker has finished, all receive the same
+  parameters (the epoch's global synchronization) and the next epoch may begin.
+* ``GetState``: the optimizer's state dict, for checkpoints.
+* ``Shutdown``: exit.
+
+A failing request is answered with ``Refused`` (the error's text), then the server exits with the
+error. It also exits when the process that started it dies.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+
+import torch
+
+from lightning_hybrid.comm.flat import flatten_in_place
+from lightning_hybrid.parameter_server import channel
+from lightning_hybrid.parameter_server.dispenser import ChunkDispenser
+from lightning_hybrid.parameter_server.protocol import (
+    Bye, Chunk, Finish, GetState, Init, Initialized, Message, NextChunk, Parameters, Push, Refused, ServerSettings,
+    Shutdown, State,
+)
+from lightning_hybrid.parameter_server.sync_controller import Decision, SyncController
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Optimization:
+    """The optimizer and the authoritative parameters, from worker 0's ``Init``."""
+
+    optimizer: torch.optim.Optimizer
+    flat_params: torch.Tensor
+    flat_grads: torch.Tensor
+    round_sum: torch.Tensor | None = None  # staleness 0: the round's gradients, each times its weight
+    round_weight: int = 0  # staleness 0: the weights summed (pushes, or samples in batch mode)
+
+
+class ParameterServer:
+    """Serves the requests of ``num_workers`` workers over the side channel ``pg`` (see the module doc)."""
+
+    def __init__(self, pg, num_workers: int, staleness: float, sync: str) -> None:
+        self.pg = pg
+        self.num_workers = num_workers
+        self.controller = SyncController(num_workers, staleness, sync)
+        self.opt: Optimization | None = None
+        self.dispenser: ChunkDispenser | None = None
+        self.version = 0  # updates applied
+        self.read_version = [0] * num_workers  # the version each worker last received
+        self.finished: set[int] = set()
+        self._last_staleness = [0] * num_workers
+        self._chunk_wanted: dict[int, int] = {}  # worker -> epoch of the batch to send with its next parameters
+
+    # ---------------------------------------------------------------- replies
+    def _reply(self, worker: int, message: Message, *payloads: torch.Tensor) -> None:
+        channel.send_message(self.pg, message, worker + 1, payloads, reply=True)
+
+    def _refuse(self, worker: int, text: str) -> None:
+        data = torch.frombuffer(bytearray(text.encode()), dtype=torch.uint8)
+        self._reply(worker, Refused(data.numel()), data)
+
+    def _send_params(self, worker: int, with_chunk: bool) -> None:
+        """The newest parameters, and (a ``Push`` reply) the worker's next batch if it asked for one."""
+        self.read_version[worker] = self.version
+        c = self.controller
+        gap = c.gap(worker) if worker in c.active else 0
+        chunk, length = None, 0
+        if with_chunk and worker in self._chunk_wanted:
+            chunk = self._deal(worker, self._chunk_wanted.pop(worker))
+            length = -1 if chunk is None else chunk.numel()
+        reply = Parameters(self.version, self._last_staleness[worker], gap, c.max_gap, c.global_syncs, length)
+        self._reply(worker, reply, self._optimization(worker).flat_params, *([chunk] if chunk is not None else []))
+
+    def _deal(self, worker: int, epoch: int) -> torch.Tensor | None:
+        """The worker's next chunk of ``epoch``, or None when that epoch is over (or not the current one)."""
+        if self.dispenser is None or epoch != self.dispenser.epoch:
+            return None
+        return self.dispenser.next_chunk(worker)
+
+    def _receive(self, worker: int, tensor: torch.Tensor) -> torch.Tensor:
+        return channel.receive_payload(self.pg, tensor, worker + 1, reply=False)
+
+    def _optimization(self, worker: int) -> Optimization:
+        if self.opt is None:
+            raise RuntimeError(f"worker {worker} needs the optimizer before worker 0 sent it (Init)")
+        return self.opt
+
+    # ---------------------------------------------------------------- handlers
+    def handle_init(self, worker: int, request: Init) -> None:
+        config = channel.from_bytes(self._receive(worker, torch.empty(request.nbytes, dtype=torch.uint8)))
+        optimizer: torch.optim.Optimizer = config["optimizer"]
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        flat_params, flat_grads = flatten_in_place(params)
+        round_sum = torch.zeros_like(flat_grads) if self.controller.bsp else None
+        self.opt = Optimization(optimizer, flat_params, flat_grads, round_sum)
+        log.info(
+            "%d parameters, %d workers, staleness %s (%s)",
+            flat_params.numel(), self.num_workers, self.controller.staleness, self.controller.mode,
+        )
+        self._reply(worker, Initialized(flat_params.numel()))
+
+    def handle_next_chunk(self, worker: int, request: NextChunk) -> None:
+        if self.dispenser is None:
+            shape = request.dataset
+            self.dispenser = ChunkDispenser(
+                shape.num_samples, shape.batch_size, self.num_workers, seed=shape.seed, drop_last=shape.drop_last,
+                dynamic=not self.controller.bsp, max_chunks=shape.max_chunks,
+            )
+        # Workers move to a new epoch together (after its global synchronization). A request for a
+        # later epoch starts it; one for an earlier epoch comes from an iterator Lightning abandons
+        # (it prefetches when restoring a finished epoch from a checkpoint) and gets "epoch over".
+        if self.dispenser.epoch is None or request.epoch > self.dispenser.epoch:
+            self.dispenser.start_epoch(request.epoch)
+        chunk = self._deal(worker, request.epoch)
+        if chunk is None:
+            self._reply(worker, Chunk(0))
+        else:
+            self._reply(worker, Chunk(chunk.numel()), chunk)
+
+    def handle_push(self, worker: int, request: Push) -> None:
+        # Receive the whole message first, so that a refusal never leaves the worker blocked in a send.
+        lrs = self._receive(worker, torch.empty(request.num_groups, dtype=torch.float64))
+        opt = self.opt
+        fits = opt is not None and request.numel == opt.flat_grads.numel()
+        grads = self._receive(worker, opt.flat_grads if fits and not self.controller.bsp else torch.empty(request.numel))
+        opt = self._optimization(worker)
+        if not fits:
+            raise RuntimeError(
+                f"worker {worker} pushed {request.numel} gradient values; the server holds {opt.flat_grads.numel()} parameters"
+            )
+        for group, lr in zip(opt.optimizer.param_groups, lrs.tolist()):
+            group["lr"] = lr
+        staleness = 0
+        if self.controller.bsp:
+            opt.round_sum += grads  # a batch-mode push is already a sum over `weight` samples
+            opt.round_weight += request.weight
+        else:
+            staleness = self.version - self.read_version[worker]
+            self._step()
+        self._last_staleness[worker] = staleness  # reported back with the parameters
+        if request.chunk_epoch >= 0:  # the worker's next batch travels with its parameters: no extra round trip
+            self._chunk_wanted[worker] = request.chunk_epoch
+        self._apply(self.controller.push(worker))
+
+    def handle_finish(self, worker: int, request: Finish) -> None:
+        self._optimization(worker)
+        self.finished.add(worker)
+        self._apply(self.controller.finish(worker))
+        if self.controller.all_finished:
+            for w in sorted(self.finished):
+                self._last_staleness[w] = 0
+                self._send_params(w, with_chunk=False)
+            self.finished.clear()
+            self.controller.new_epoch()
+
+    def handle_get_state(self, worker: int, request: GetState) -> None:
+        data = channel.to_bytes(self._optimization(worker).optimizer.state_dict())
+        self._reply(worker, State(data.numel()), data)
+
+    # ---------------------------------------------------------------- internals
+    def _step(self) -> None:
+        self.opt.optimizer.step()
+        self.version += 1
+
+    def _apply(self, decision: Decision) -> None:
+        opt = self.opt
+        if decision.apply_round and opt.round_weight:
+            opt.flat_grads.copy_(opt.round_sum).div_(opt.round_weight)
+            self._step()
+        if decision.apply_round:
+            opt.round_sum.zero_()
+            opt.round_weight = 0
+        for w in decision.release:
+            self._send_params(w, with_chunk=True)
+
+    def serve(self) -> None:
+        """Answer requests until ``Shutdown``. A failing request is answered with ``Refused``, then re-raised."""
+        handlers = {
+            Init: self.handle_init, NextChunk: self.handle_next_chunk, Push: self.handle_push,
+            Finish: self.handle_finish, GetState: self.handle_get_state,
+        }
+        while True:
+            source, request = channel.receive_request(self.pg)
+            worker = source - 1
+            if isinstance(request, Shutdown):
+                self._reply(worker, Bye())
+                return
+            try:
+                handler = handlers.get(type(request))
+                if handler is None:
+                    raise RuntimeError(f"{type(request).__name__} is not a request")
+                handler(worker, request)
+            except Exception as err:
+                self._refuse(worker, f"{type(err).__name__}: {err}")
+                raise
+
+
+def start_server(settings: ServerSettings) -> subprocess.Popen:
+    """Start the server process for ``settings`` (it exits when this process dies)."""
+    process = subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE, text=True)
+    process.stdin.write(settings.to_json())
+    process.stdin.close()
+    return process
+
+
+def _exit_when_orphaned(parent_pid: int, period: float = 1.0) -> None:
+    def watch() -> None:
+        while True:
+            time.sleep(period)
+            if os.getppid() != parent_pid:
+                log.error("parameter server: the process that started it (pid %d) is gone; exiting", parent_pid)
+                os._exit(3)
+
+    threading.Thread(target=watch, daemon=True, name="ps-orphan-watch").start()
+
+
+def main() -> None:
+    """The server process: settings from standard input, then serve until ``Shutdown``."""
+    settings = ServerSettings.from_json(sys.stdin.read())
+    logging.basicConfig(level=logging.INFO, format="[parameter server] %(message)s", stream=sys.stderr)
+    _exit_when_orphaned(os.getppid())
+    torch.set_num_threads(1)
+    pg = channel.open_channel(settings.host, settings.port, settings.prefix, 0, settings.workers + 1, settings.timeout)
+    ParameterServer(pg, settings.workers, settings.staleness, settings.sync).serve()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,329 @@
+"""ParameterServerStrategy: the Lightning glue shared by the parameter-server strategies.
+
+Global rank 0 starts the server process (:mod:`lightning_hybrid.parameter_server.server`), every
+worker joins the side channel to it, hands its optimizer over (worker 0), and at the global sync
+points (the start and end of fitting, the end of every training epoch before validation and
+checkpoints) waits for all workers and takes the server's parameters and optimizer state. What a
+worker does between sync points is the subclass's: :class:`~lightning_hybrid.strategies.ssp.SSPStrategy`
+pushes every step's gradient, :class:`~lightning_hybrid.strategies.cneural.CNeuralStrategy`
+pushes one sum per pass. Lightning's collectives (validation, ``sync_dist`` logging, checkpoints,
+early stopping) happen at the sync points; between them the workers drift apart.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from abc import abstractmethod
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar
+
+import pytorch_lightning as pl
+import torch
+from pytorch_lightning.trainer.states import TrainerFn
+from pytorch_lightning.utilities.exceptions import SIGTERMException
+from pytorch_lightning.utilities.rank_zero import rank_zero_warn
+
+from lightning_hybrid.comm.collectives import all_gather, broadcast_
+from lightning_hybrid.comm.flat import copy_into, flatten, gradients
+from lightning_hybrid.parameter_server.channel import open_channel
+from lightning_hybrid.parameter_server.client import ParameterServerClient
+from lightning_hybrid.parameter_server.protocol import ServerSettings
+from lightning_hybrid.parameter_server.server import start_server
+from lightning_hybrid.strategies.common import (
+    ReplacedStep,
+    UnwrappedDDPStrategy,
+    refuse_grad_scaler,
+    refuse_manual_optimization,
+    refuse_mid_epoch_checkpoints,
+    single_optimizer,
+    unwrap_optimizer,
+)
+
+log = logging.getLogger(__name__)
+
+_SESSIONS = itertools.count()
+
+
+@dataclass
+class WorkerEpochStats:
+    """One worker's figures for one epoch (logged as ``<prefix>/worker{rank}/...``)."""
+
+    iterations: int = 0
+    samples: int = 0
+    staleness_mean: float = 0.0
+    staleness_max: int = 0
+    wait_s: float = 0.0
+    train_s: float = 0.0
+    max_gap: int = 0
+    samples_per_s: float = 0.0
+
+
+class ParameterServerStrategy(UnwrappedDDPStrategy):
+    """Workers that train against a parameter-server process (see the module docstring).
+
+    Subclasses set :attr:`staleness` and :attr:`sync` (the server's rule) and implement
+    :meth:`_replaced_step` (what an optimizer step does instead of stepping). Lightning's world size
+    counts workers only.
+
+    Args:
+        timeout: seconds a worker or the server waits for the other side before failing with an
+            error (a dead or stalled worker ends the run instead of hanging it).
+        process_group_backend: backend of the workers' own group (``None``: nccl with one worker per
+            GPU, otherwise gloo); the server channel is always gloo with CPU tensors.
+        processes_per_device: processes started on each device the Trainer gives (``devices=1,
+            processes_per_device=2``: two processes on one GPU, whose group then uses gloo).
+    """
+
+    #: The fewest workers the strategy runs with.
+    min_workers: ClassVar[int] = 2
+    #: Epoch figures are logged as ``<metrics_prefix>/worker{rank}/<name>`` for these names.
+    metrics_prefix: ClassVar[str] = "ps"
+    logged_stats: ClassVar[tuple[str, ...]] = tuple(WorkerEpochStats.__dataclass_fields__)
+
+    def __init__(
+        self,
+        timeout: float = 300.0,
+        accelerator: Any = None,
+        parallel_devices: list[torch.device] | None = None,
+        cluster_environment: Any = None,
+        checkpoint_io: Any = None,
+        precision_plugin: Any = None,
+        process_group_backend: str | None = None,
+        processes_per_device: int = 1,
+    ) -> None:
+        super().__init__(
+            accelerator, parallel_devices, cluster_environment, checkpoint_io, precision_plugin, process_group_backend,
+            processes_per_device,
+        )
+        if not timeout > 0:
+            raise ValueError(f"timeout must be a positive number of seconds, got {timeout}")
+        self.timeout = float(timeout)
+        self.staleness: float = 0.0
+        self.sync = "delay"
+        self.client: ParameterServerClient | None = None
+        self.history: list[list[WorkerEpochStats]] = []
+        #: Seconds this worker has spent blocked on the server (the simulator does not stretch them).
+        self.communication_wait_s = 0.0
+        self._server: subprocess.Popen | None = None
+        self._params: list[torch.Tensor] = []
+        self._flat: torch.Tensor | None = None
+        self._async = False
+        self._warned_local_reduce = False
+        self._reset_epoch_stats()
+
+    @property
+    def num_workers(self) -> int:
+        return self.num_nodes * self.num_processes
+
+    # ------------------------------------------------------------------ checks (before workers start)
+    def check_trainer(self, trainer: pl.Trainer, model: pl.LightningModule | None) -> None:
+        """Refuse what the strategy cannot run, with what to do instead."""
+        name = type(self).__name__
+        if self.num_workers < self.min_workers:
+            raise ValueError(
+                f"{name} needs at least {'two workers' if self.min_workers == 2 else f'{self.min_workers} worker'}, got "
+                f"{self.num_workers}; set devices={max(self.min_workers, 2)} or more (CPU: each device is one worker process)."
+            )
+        refuse_manual_optimization(name, model, "the server runs the optimizer step")
+        if trainer.max_steps != -1:
+            raise ValueError(
+                f"{name} does not support max_steps={trainer.max_steps}: workers run different numbers of "
+                "steps. Bound the run with max_epochs (and limit_train_batches) instead."
+            )
+        if trainer.val_check_interval != 1.0:
+            raise ValueError(
+                f"{name} validates at the end of each epoch only (a global sync point); got "
+                f"val_check_interval={trainer.val_check_interval}. Use check_val_every_n_epoch instead."
+            )
+        refuse_mid_epoch_checkpoints(name, trainer)
+        refuse_grad_scaler(name, self.precision_plugin)
+
+    # ------------------------------------------------------------------ setup
+    def setup(self, trainer: pl.Trainer) -> None:
+        super().setup(trainer)
+        if trainer.state.fn != TrainerFn.FITTING:
+            return
+        self.check_trainer(trainer, self.lightning_module)
+        optimizer = single_optimizer(type(self).__name__, self.optimizers)
+        self._params = [p for group in optimizer.param_groups for p in group["params"]]
+        self._flat = torch.empty(sum(p.numel() for p in self._params), dtype=torch.float32)
+        self._open_server_channel()
+        self.attach_sync_points(trainer)
+        self._make_sigterm_check_local(trainer)
+
+    @staticmethod
+    def _make_sigterm_check_local(trainer: pl.Trainer) -> None:
+        """Lightning 2.6 broadcasts a SIGTERM flag from rank 0 after every training batch: a collective
+        that would lock the workers into step with each other. Here each worker checks its own
+        flag instead; the others stop when the server channel closes."""
+        epoch_loop = trainer.fit_loop.epoch_loop
+        if not hasattr(epoch_loop, "_broadcast_sigterm_tensor"):
+            return
+
+        def check_local_sigterm() -> None:
+            if getattr(trainer, "received_sigterm", False):
+                raise SIGTERMException()
+
+        epoch_loop._broadcast_sigterm_tensor = check_local_sigterm
+
+    def _open_server_channel(self) -> None:
+        env = self.cluster_environment
+        settings = ServerSettings(
+            host=str(env.main_address), port=int(env.main_port), prefix=f"lightning_hybrid/ps/{next(_SESSIONS)}/",
+            workers=self.num_workers, staleness=self.staleness, sync=self.sync, timeout=self.timeout,
+        )
+        if self.global_rank == 0:
+            self._server = start_server(settings)
+        pg = open_channel(settings.host, settings.port, settings.prefix, self.global_rank + 1, self.num_workers + 1,
+                          self.timeout)
+        self.client = ParameterServerClient(pg, self.global_rank)
+
+    def on_sync_start(self, trainer: pl.Trainer) -> None:
+        if self.global_rank == 0:
+            self.client.init(self.optimizers[0])
+        super().barrier("ps-init")
+        self._pull_at_sync()
+
+    # ------------------------------------------------------------------ the training step
+    def optimizer_step(self, optimizer: Any, closure: Callable[[], Any], model: Any = None, **kwargs: Any) -> Any:
+        if self.client is None:
+            return super().optimizer_step(optimizer, closure, model, **kwargs)
+        step = ReplacedStep(unwrap_optimizer(optimizer), self._replaced_step)
+        return self.precision_plugin.optimizer_step(step, model=model or self.lightning_module, closure=closure, **kwargs)
+
+    @abstractmethod
+    def _replaced_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """What an optimizer step does instead of stepping (the gradients are in ``.grad``)."""
+
+    def _flat_grad(self) -> torch.Tensor:
+        return flatten(gradients(self._params), dtype=torch.float32, device="cpu")
+
+    def _load_flat(self) -> None:
+        copy_into(self._flat, self._params)
+
+    def _timed(self, request: Callable[[], Any]) -> Any:
+        """Run a blocking request to the server, counting the time as waiting."""
+        start = time.perf_counter()
+        result = request()
+        waited = time.perf_counter() - start
+        self.communication_wait_s += waited
+        self._epoch["wait_s"] += waited
+        return result
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        if self.client is not None:
+            if not self._async:  # the epoch's first batch (on_train_epoch_start is skipped on some restarts)
+                self._begin_async_phase()
+            first = batch[0] if isinstance(batch, (list, tuple)) else batch
+            self._count_samples(len(first) if hasattr(first, "__len__") else 1)
+        super().on_train_batch_start(batch, batch_idx)
+
+    def _count_samples(self, samples: int) -> None:
+        self._epoch["samples"] += samples
+
+    # ------------------------------------------------------------------ sync points
+    def _reset_epoch_stats(self) -> None:
+        self._epoch: dict[str, float] = dict(iterations=0, samples=0, staleness_sum=0, staleness_max=0, wait_s=0.0, max_gap=0)
+        self._epoch_start = time.perf_counter()
+
+    def _begin_async_phase(self) -> None:
+        self._reset_epoch_stats()
+        self._async = True
+
+    def sync_point(self) -> None:
+        """End of this worker's epoch: wait for all workers, take the server's parameters (idempotent)."""
+        if not self._async or self.client is None:
+            return
+        self._epoch["train_s"] = time.perf_counter() - self._epoch_start
+        self._before_sync()
+        self._pull_at_sync()
+        self._async = False
+
+    def _before_sync(self) -> None:
+        """What a worker sends the server at the end of its epoch, before the global sync."""
+
+    def _pull_at_sync(self) -> None:
+        self.client.finish(self._flat)
+        self._load_flat()
+        for buffer in self.lightning_module.buffers():
+            broadcast_(buffer, src=0)
+        if self.global_rank == 0:
+            # The server's optimizer state (momentum, moments), so that checkpoints written now hold it.
+            # The hyperparameters stay the local ones: the LR schedulers run here, the server only
+            # applies the learning rate each push brings.
+            optimizer = self.optimizers[0]
+            state = self.client.optimizer_state()
+            for local, remote in zip(optimizer.param_groups, state["param_groups"]):
+                remote.update({key: value for key, value in local.items() if key != "params"})
+            optimizer.load_state_dict(state)
+
+    def after_epoch_sync(self, pl_module: pl.LightningModule) -> None:
+        """Gather every worker's figures of the epoch; log them as ``<prefix>/worker{rank}/...``."""
+        e = self._epoch
+        mine = WorkerEpochStats(
+            iterations=int(e["iterations"]), samples=int(e["samples"]),
+            staleness_mean=e["staleness_sum"] / max(e["iterations"], 1), staleness_max=int(e["staleness_max"]),
+            wait_s=e["wait_s"], train_s=e.get("train_s", 0.0), max_gap=int(e["max_gap"]),
+            samples_per_s=e["samples"] / max(e.get("train_s", 0.0), 1e-9),
+        )
+        names = list(asdict(mine))
+        local = torch.tensor([float(v) for v in asdict(mine).values()], dtype=torch.float64)
+        gathered = all_gather(local)
+        epoch_stats = [WorkerEpochStats(**{f: type(getattr(mine, f))(v) for f, v in zip(names, t.tolist())}) for t in gathered]
+        self.history.append(epoch_stats)
+        # Every worker logs the same gathered values (sync_dist averages identical numbers: no warning).
+        prefix = self.metrics_prefix
+        for rank, stats in enumerate(epoch_stats):
+            for name in self.logged_stats:
+                pl_module.log(f"{prefix}/worker{rank}/{name}", float(getattr(stats, name)), on_step=False, on_epoch=True,
+                              sync_dist=True)
+        if "max_gap" in self.logged_stats:
+            pl_module.log(f"{prefix}/max_gap", float(max(s.max_gap for s in epoch_stats)), on_step=False, on_epoch=True,
+                          sync_dist=True)
+
+    def on_sync_end(self) -> None:
+        if self.client is None:
+            return
+        self.sync_point()
+        super().barrier("ps-end")
+        if self.global_rank == 0:
+            self.client.shutdown()
+            self._stop_server()
+        self.client = None
+
+    def _stop_server(self) -> None:
+        if self._server is None:
+            return
+        try:
+            self._server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self._server.kill()
+        self._server = None
+
+    # ------------------------------------------------------------------ Lightning's collectives
+    def reduce(self, tensor: Any, group: Any = None, reduce_op: Any = "mean") -> Any:
+        if self._async:
+            if not self._warned_local_reduce:
+                rank_zero_warn(
+                    f"{type(self).__name__}: a sync_dist reduction between sync points stays local to each worker "
+                    "(workers are at different steps). Epoch-level metrics are reduced at the epoch's global sync."
+                )
+                self._warned_local_reduce = True
+            return tensor
+        return super().reduce(tensor, group=group, reduce_op=reduce_op)
+
+    def barrier(self, name: str | None = None) -> None:
+        if not self._async:
+            super().barrier(name)
+
+    def teardown(self) -> None:
+        if self._server is not None and self._server.poll() is None:
+            self._server.terminate()
+            self._stop_server()
+        self.client = None
+        self._async = False
+        super().teardown()
