@@ -72,6 +72,7 @@ def main() -> None:
     parser.add_argument("--model", default="lenet5", help="lenet5 | resattnet (3D-ResAttNet-18, base 4, 16^3 input)")
     parser.add_argument("--accelerator", default="cpu")
     parser.add_argument("--precision", default="32-true")
+    parser.add_argument("--processes-per-device", type=int, default=1)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     placement = args.placement if not args.placement[0].isdigit() else [int(s) for s in args.placement.split(",")]
@@ -79,13 +80,13 @@ def main() -> None:
         pipeline_stages=args.stages, data_parallel=args.dp, placement=placement, schedule=args.schedule,
         micro_batches=args.micro,
         devices=None if args.speeds == "probe" else [float(s) for s in args.speeds.split(",")],
-        gradient_sync=args.sync, placement_options={"t_max": 300},
+        gradient_sync=args.sync, placement_options={"t_max": 300}, processes_per_device=args.processes_per_device,
     )
     callbacks = [RecordFirstStep(args.out), pl.callbacks.ModelCheckpoint(dirpath=args.out / "ckpt", save_last=True)]
     if args.slowdown:
         callbacks.append(HeterogeneitySimulator(slowdown=[float(s) for s in args.slowdown.split(",")]))
     trainer = pl.Trainer(
-        accelerator=args.accelerator, devices=args.stages * args.dp, strategy=strategy, max_epochs=args.epochs,
+        accelerator=args.accelerator, devices=args.stages * args.dp // args.processes_per_device, strategy=strategy, max_epochs=args.epochs,
         logger=False, enable_progress_bar=False, enable_model_summary=False, callbacks=callbacks,
         gradient_clip_val=args.clip, accumulate_grad_batches=args.accumulate, deterministic=True,
         precision=args.precision,

@@ -139,10 +139,11 @@ def test_processes_per_device_share_a_gpu_over_gloo(cls):
         cls(processes_per_device=0)
 
 
-def test_pipeline_stages_sharing_a_gpu_are_refused():
-    with pytest.raises(ValueError, match="one GPU per process and NCCL"):
-        HybridParallelStrategy(processes_per_device=2, parallel_devices=[CUDA0]).check_devices()
-    HybridParallelStrategy(parallel_devices=[CUDA0, CUDA1]).check_devices()
+def test_pipeline_stages_may_share_a_gpu():
+    """Stages exchange activations through comm.collectives, which stages CUDA tensors through the CPU for gloo."""
+    strategy = HybridParallelStrategy(processes_per_device=2, parallel_devices=[CUDA0])
+    strategy.check_devices()
+    assert strategy._get_process_group_backend() == "gloo"
 
 
 def _exercise(rank: int, world: int, init_file: str, out: str) -> None:

@@ -31,6 +31,7 @@ import torch
 import torch.distributed as dist
 
 from lightning_hybrid.comm.collectives import PendingAllReduce, all_reduce_, start_all_reduce
+from lightning_hybrid.comm.flat import flatten, gradients, slices
 
 COMPENSATIONS = (None, "dc")
 
@@ -136,17 +137,13 @@ class DelayedAllReduce:
         return len(self._queue)
 
     def _flat_weights(self) -> torch.Tensor:
-        return torch.cat([p.detach().reshape(-1) for p in self.params]).clone()
+        return flatten(self.params)
 
     def push(self) -> None:
         """Snapshot the current gradients into buckets and start their all-reduce."""
         buckets, works = [], []
         for indices in self.bucket_indices:
-            parts = []
-            for i in indices:
-                p = self.params[i]
-                parts.append(p.grad.detach().reshape(-1) if p.grad is not None else torch.zeros(p.numel(), dtype=p.dtype, device=p.device))
-            bucket = torch.cat(parts)
+            bucket = flatten(gradients([self.params[i] for i in indices]))
             buckets.append(bucket)
             works.append(self._all_reduce(bucket))
         weights = self._flat_weights() if self.compensation == "dc" else None
@@ -164,11 +161,8 @@ class DelayedAllReduce:
         flat = torch.cat(averaged)
         if self.compensation == "dc":
             flat = flat + self.dc_lambda * flat * flat * (self._flat_weights() - item.weights)
-        offset = 0
-        for p in self.params:
-            n = p.numel()
-            p.grad = flat[offset : offset + n].view_as(p).clone()
-            offset += n
+        for p, piece in zip(self.params, slices(flat, self.params)):
+            p.grad = piece.clone()
 
     def load_ready_into_grads(self) -> bool:
         """If an average is ``delay`` pushes old, write it (compensated) into ``.grad``; say whether."""

@@ -1,8 +1,15 @@
-"""The pipeline x data-parallel layout of ranks: which rank runs which stage of which replica."""
+"""The pipeline x data-parallel layout of ranks: which rank runs which stage of which replica.
+
+The two parallel dimensions as one small, explicit object (as torchtitan's ``ParallelDims``): the
+sizes, the order of the placement's devices along the pipeline, every rank's coordinates, and the
+process groups of each dimension.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import torch.distributed as dist
 
 
 @dataclass(frozen=True)
@@ -56,9 +63,24 @@ class Mesh:
     def data_parallel_ranks(self, position: int) -> list[int]:
         return [replica * self.stages + position for replica in range(self.replicas)]
 
-    def stage_to_group_rank(self) -> dict[int, int]:
-        """Stage index -> rank within the replica's pipeline group (its position)."""
-        return {stage: position for stage, position in enumerate(self.order)}
+    def groups(self, rank: int, backend: str | None = None) -> tuple[dist.ProcessGroup, dist.ProcessGroup]:
+        """``rank``'s pipeline group (its replica's ranks) and data-parallel group (the ranks at its
+        position in every replica). Every rank must call this, in the same order: it creates all the
+        groups of both dimensions."""
+        pipeline = data_parallel = None
+        for replica in range(self.replicas):
+            group = dist.new_group(self.pipeline_ranks(replica), backend=backend)
+            if replica == self.replica_of(rank):
+                pipeline = group
+        for position in range(self.stages):
+            group = dist.new_group(self.data_parallel_ranks(position), backend=backend)
+            if position == self.position_of(rank):
+                data_parallel = group
+        return pipeline, data_parallel
+
+    def stage_ranks(self, replica: int) -> list[int]:
+        """The global rank running each stage of ``replica``, in stage order."""
+        return [self.stage_rank(replica, stage) for stage in range(self.stages)]
 
     @staticmethod
     def check(stages: int, replicas: int, world_size: int) -> None:

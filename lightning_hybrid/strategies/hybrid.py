@@ -17,13 +17,13 @@ import torch
 import torch.distributed as dist
 from lightning_fabric.strategies import _StrategyRegistry
 from pytorch_lightning.trainer.states import TrainerFn
-from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
 from lightning_hybrid.comm.collectives import (
-    all_gather_object, all_reduce_, broadcast_, broadcast_object, workers_backend,
+    all_gather_object, broadcast_object,
 )
 from lightning_hybrid.comm.delayed_allreduce import DelayedAllReduce
-from lightning_hybrid.pipeline import Mesh, StageModule, pipeline_blocks, pipeline_inputs
+from lightning_hybrid.pipeline import Mesh, PipelineParallel, StageModule, pipeline_blocks, pipeline_inputs
+from lightning_hybrid.pipeline.schedules import SCHEDULES
 from lightning_hybrid.placement import (
     METHODS, Device, Placement, devices_from_config, plan, probe_speed, profile_blocks,
 )
@@ -40,9 +40,6 @@ from lightning_hybrid.strategies.common import (
 )
 
 log = logging.getLogger(__name__)
-
-SCHEDULES = {"1F1B": Schedule1F1B, "GPipe": ScheduleGPipe}
-
 
 class HybridParallelStrategy(RoutedEvaluation, UnwrappedDDPStrategy):
     """Pipeline parallelism x data parallelism, with the stages placed on devices by GABRA (or another method).
@@ -175,9 +172,9 @@ class HybridParallelStrategy(RoutedEvaluation, UnwrappedDDPStrategy):
         #: The placement in use (the same on every rank), once planned.
         self.placement: Placement | None = None
         self.mesh: Mesh | None = None
-        self.stage_module: StageModule | None = None
+        #: This rank's part of the pipeline (its stage), once planned; kept for test/predict after fit.
+        self.pipeline: PipelineParallel | None = None
         self.exchange: DelayedAllReduce | None = None
-        self._schedules: dict[tuple[int, bool], Any] = {}
         self._pp_group: dist.ProcessGroup | None = None
         self._dp_group: dist.ProcessGroup | None = None
         self._accumulate = 1
@@ -208,20 +205,6 @@ class HybridParallelStrategy(RoutedEvaluation, UnwrappedDDPStrategy):
         if self.input_shape is not None and self.device_specs is not None:
             self._plan(model, torch.zeros(self._micro_batch_size_hint(trainer), *self.input_shape), self.device_specs)
 
-    def check_devices(self) -> None:
-        """Pipeline stages exchange activations point to point: NCCL does it between GPUs, gloo only
-        with CPU tensors, so stages on GPUs need one GPU each and NCCL."""
-        super().check_devices()
-        devices = self.parallel_devices or []
-        if any(d.type == "cuda" for d in devices) and workers_backend(devices, self._process_group_backend)[0] != "nccl":
-            raise ValueError(
-                f"HybridParallelStrategy on GPUs needs one GPU per process and NCCL (pipeline stages send activations "
-                f"to each other, which gloo cannot do with CUDA tensors); the processes would run on "
-                f"{[str(d) for d in devices]} with process_group_backend={self._process_group_backend!r}. Use "
-                "trainer.devices no more than the GPUs with processes_per_device=1 and process_group_backend=null, "
-                "or accelerator=cpu."
-            )
-
     def _micro_batch_size_hint(self, trainer: pl.Trainer) -> int:
         datamodule = trainer.datamodule if hasattr(trainer, "datamodule") else None
         batch = getattr(datamodule, "batch_size", None) or self.micro_batches
@@ -245,15 +228,8 @@ class HybridParallelStrategy(RoutedEvaluation, UnwrappedDDPStrategy):
         module = self.lightning_module
         pipeline_blocks(module)
         if self._pp_group is None:
-            stages, backend = self.pipeline_stages, self._get_process_group_backend()
-            for replica in range(self.data_parallel):  # every rank creates every group, in the same order
-                group = dist.new_group(list(range(replica * stages, (replica + 1) * stages)), backend=backend)
-                if replica == self.global_rank // stages:
-                    self._pp_group = group
-            for position in range(stages):
-                group = dist.new_group(list(range(position, self.world_size, stages)), backend=backend)
-                if position == self.global_rank % stages:
-                    self._dp_group = group
+            layout = Mesh(self.pipeline_stages, self.data_parallel)
+            self._pp_group, self._dp_group = layout.groups(self.global_rank, self._get_process_group_backend())
         if trainer.state.fn == TrainerFn.FITTING:
             single_optimizer("HybridParallelStrategy", self.optimizers)
             self._accumulate = max(trainer.accumulate_grad_batches, 1)
@@ -291,12 +267,11 @@ class HybridParallelStrategy(RoutedEvaluation, UnwrappedDDPStrategy):
             "given", list(range(self.pipeline_stages)), list(zip(edges[:-1], edges[1:]))
         )
 
-    def _ensure_pipeline(self, inputs: torch.Tensor) -> None:
+    def _ensure_pipeline(self, inputs: torch.Tensor) -> PipelineParallel:
         """Plan on rank 0 with one micro-batch of the first batch, share the placement, build this rank's stage."""
         module = self.lightning_module
-        if self.stage_module is not None and self._planned_for is pipeline_blocks(module):
-            return
-        self._schedules.clear()
+        if self.pipeline is not None and self._planned_for is pipeline_blocks(module):
+            return self.pipeline
         devices = self.device_specs or self._probe_devices()
         planned: Placement | Exception | None = None
         if self.global_rank == 0:
@@ -312,10 +287,11 @@ class HybridParallelStrategy(RoutedEvaluation, UnwrappedDDPStrategy):
             raise planned
         self.placement = planned
         self.mesh = Mesh(self.pipeline_stages, self.data_parallel, tuple(self.placement.device_order))
-        stage = self.mesh.stage_of(self.global_rank)
-        spec = self.placement.stages[stage]
         named = list(pipeline_blocks(module).named_children())
-        self.stage_module = StageModule(named, spec.start, spec.stop, slowdown=self.compute_slowdown)
+        self.pipeline = PipelineParallel(
+            named, [(st.start, st.stop) for st in self.placement.stages], self.mesh, self.global_rank, self._pp_group,
+            self.root_device, slowdown=self.compute_slowdown,
+        )
         self._planned_for = pipeline_blocks(module)
         if self.global_rank == 0:
             names = [name for name, _ in named]
@@ -328,82 +304,42 @@ class HybridParallelStrategy(RoutedEvaluation, UnwrappedDDPStrategy):
                     for s, st in enumerate(self.placement.stages)
                 ),
             )
+        return self.pipeline
 
     @property
-    def stage_index(self) -> int:
-        assert self.mesh is not None
-        return self.mesh.stage_of(self.global_rank)
-
-    def _schedule(self, batch_size: int, train: bool) -> Any:
-        """The schedule for this batch size (shapes are fixed per stage object)."""
-        key = (batch_size, train)
-        if key not in self._schedules:
-            chunks = max(d for d in range(1, min(self.micro_batches, batch_size) + 1) if batch_size % d == 0)
-            stage = PipelineStage(
-                self.stage_module, self.stage_index, self.pipeline_stages, self.root_device, group=self._pp_group
-            )
-            stage.stage_index_to_group_rank = self.mesh.stage_to_group_rank()
-            module, accumulate = self.lightning_module, self._accumulate
-            loss_fn = (lambda output, target: module.pipeline_loss(output, target) / accumulate) if train else None
-            schedule_cls = SCHEDULES[self.schedule_name] if train else ScheduleGPipe
-            if chunks < self.pipeline_stages:  # a batch too small to split for 1F1B
-                schedule_cls = ScheduleGPipe
-            self._schedules[key] = schedule_cls(stage, n_microbatches=chunks, loss_fn=loss_fn)
-        return self._schedules[key]
-
-    def _last_stage_rank(self) -> int:
-        return self.mesh.stage_rank(self.global_rank // self.pipeline_stages, self.pipeline_stages - 1)
-
-    def _share_from_last_stage(self, tensor: torch.Tensor | None) -> torch.Tensor:
-        """Broadcast the last stage's tensor to its pipeline's ranks."""
-        src = self._last_stage_rank()
-        meta = None if tensor is None else (tuple(tensor.shape), tensor.dtype)
-        shape, dtype = broadcast_object(meta, src=src, group=self._pp_group)
-        if tensor is None:
-            tensor = torch.empty(shape, dtype=dtype, device=self.root_device)
-        return broadcast_(tensor.detach().contiguous(), src=src, group=self._pp_group)
+    def stage_module(self) -> StageModule | None:
+        """This rank's stage (once planned)."""
+        return None if self.pipeline is None else self.pipeline.stage_module
 
     # ------------------------------------------------------------------ training
     def training_step(self, *args: Any, **kwargs: Any) -> Any:
         module = self.lightning_module
         inputs, target = pipeline_inputs(module, args[0])
-        self._ensure_pipeline(inputs)
-        schedule = self._schedule(len(inputs), train=True)
-        losses: list[torch.Tensor] = []
+        pipeline = self._ensure_pipeline(inputs)
         # The schedule runs backward now, but Lightning zeroes gradients between training_step and
-        # backward: keep this step's gradients aside and add them in backward(). (The schedule also
-        # divides the gradients by the micro-batch count, so earlier ones must not be there.)
-        params = list(self.stage_module.parameters())
+        # backward: keep this step's gradients aside and add them in backward().
+        params = list(pipeline.stage_module.parameters())
         earlier = [p.grad for p in params]
         for p in params:
             p.grad = None
         with self.precision_plugin.train_step_context():
-            first, last = self.stage_index == 0, self.stage_index == self.pipeline_stages - 1
-            output = schedule.step(
-                *((inputs,) if first else ()), target=target if last else None, losses=losses if last else None
+            loss, output = pipeline.train_step(
+                inputs, target, module.pipeline_loss, self.schedule_name, self.micro_batches, 1.0 / self._accumulate,
             )
         self._step_grads = [p.grad for p in params]
         for p, grad in zip(params, earlier):
             p.grad = grad
-        if last:
-            loss = torch.stack([l.detach() for l in losses]).mean() * self._accumulate
-            packed = torch.cat([loss.reshape(1).to(output.dtype), output.detach().flatten()])
-        else:
-            packed = None
-        packed = self._share_from_last_stage(packed)
-        loss = packed[0].clone()
-        output = packed[1:].view(len(inputs), -1)
         if callable(getattr(module, "on_pipeline_step", None)):
             module.on_pipeline_step(output, target, loss)
         return loss
 
     def backward(self, closure_loss: torch.Tensor, optimizer: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
         """The schedule has run backward already: only Lightning's before/after-backward hooks remain."""
-        if self.stage_module is None:
+        if self.pipeline is None:
             return super().backward(closure_loss, optimizer, *args, **kwargs)
         module = self.lightning_module
         closure_loss = self.precision_plugin.pre_backward(closure_loss, module)
-        for p, grad in zip(self.stage_module.parameters(), self._step_grads):
+        for p, grad in zip(self.pipeline.stage_module.parameters(), self._step_grads):
             if grad is not None:
                 p.grad = grad if p.grad is None else p.grad + grad
         self._step_grads = []
@@ -416,7 +352,7 @@ class HybridParallelStrategy(RoutedEvaluation, UnwrappedDDPStrategy):
             return super().optimizer_step(optimizer, closure, model, **kwargs)
         if self.exchange is None:  # the replicas' all-reduce; delay 0 averages at once
             delay = self.delay if self.gradient_sync == "delayed" else 0
-            self.exchange = DelayedAllReduce(list(self.stage_module.parameters()), delay, group=self._dp_group)
+            self.exchange = DelayedAllReduce(list(self.pipeline.stage_module.parameters()), delay, group=self._dp_group)
         if self.gradient_sync == "delayed":  # clip the replica's own gradient, apply the average later
             step = ReplacedStep(unwrap_optimizer(optimizer), self._exchange_and_step)
             return self.precision_plugin.optimizer_step(step, model=model, closure=closure, **kwargs)
@@ -454,18 +390,9 @@ class HybridParallelStrategy(RoutedEvaluation, UnwrappedDDPStrategy):
         strategy = self
 
         def clip_grad_by_norm(optimizer: Any, clip_val: float) -> None:
-            if strategy.stage_module is None:
+            if strategy.pipeline is None:
                 return type(plugin).clip_grad_by_norm(plugin, optimizer, clip_val)
-            params = [p for p in strategy.stage_module.parameters() if p.grad is not None]
-            local = torch.zeros(1, device=strategy.root_device)
-            for p in params:
-                local += p.grad.detach().float().pow(2).sum()
-            all_reduce_(local, group=strategy._pp_group)
-            total = local.sqrt().item()
-            scale = float(clip_val) / (total + 1e-6)
-            if scale < 1.0:
-                for p in params:
-                    p.grad.detach().mul_(scale)
+            strategy.pipeline.clip_grad_norm_(clip_val)
 
         plugin.clip_grad_by_norm = clip_grad_by_norm
         plugin._hybrid_clip_wrapped = True
@@ -473,27 +400,15 @@ class HybridParallelStrategy(RoutedEvaluation, UnwrappedDDPStrategy):
     # ------------------------------------------------------------------ evaluation through the pipeline
     def routed_forward(self, blocks_seq: torch.nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
         def forward(x: torch.Tensor) -> torch.Tensor:
-            self._ensure_pipeline(x)
-            schedule = self._schedule(len(x), train=False)
-            output = schedule.eval(*((x,) if self.stage_index == 0 else ()))
-            was_last = self.stage_index == self.pipeline_stages - 1
-            return self._share_from_last_stage(output if was_last else None)
+            return self._ensure_pipeline(x).forward(x, self.micro_batches)
 
         return forward
 
     # ------------------------------------------------------------------ full checkpoints
     def gather_model(self) -> None:
-        """Copy every stage's blocks (parameters and buffers) from the rank that trains them to the
-        other ranks of its pipeline, so each rank holds the whole trained model."""
-        if self.placement is None:
-            return
-        named = list(pipeline_blocks(self.lightning_module).named_children())
-        replica = self.global_rank // self.pipeline_stages
-        for s, spec in enumerate(self.placement.stages):
-            src = self.mesh.stage_rank(replica, s)
-            for _, block in named[spec.start: spec.stop]:
-                for tensor in [*block.parameters(), *block.buffers()]:
-                    broadcast_(tensor.data, src=src, group=self._pp_group)
+        """Every rank of a pipeline holds the whole trained model afterwards."""
+        if self.pipeline is not None:
+            self.pipeline.gather_model()
 
     def lightning_module_state_dict(self) -> dict[str, Any]:
         self.gather_model()
@@ -502,20 +417,14 @@ class HybridParallelStrategy(RoutedEvaluation, UnwrappedDDPStrategy):
     def optimizer_state(self, optimizer: Any) -> dict[str, Any]:
         """The optimizer's state for every stage's parameters (each rank keeps its own stage's)."""
         state = super().optimizer_state(optimizer)
-        if self.placement is None:
-            return state
-        pieces = all_gather_object({k: _to_cpu(v) for k, v in state["state"].items()}, group=self._pp_group)
-        merged: dict[int, Any] = {}
-        for piece in pieces:
-            merged.update(piece)
-        state["state"] = merged
+        if self.pipeline is not None:
+            state["state"] = self.pipeline.gather_optimizer_state(state["state"])
         return state
 
     def teardown(self) -> None:
         if self.exchange is not None:
             self.exchange.close()
             self.exchange = None
-        self._schedules.clear()  # the stage and placement stay: test/predict after fit use the same
         super().teardown()
 
     @classmethod
@@ -524,10 +433,3 @@ class HybridParallelStrategy(RoutedEvaluation, UnwrappedDDPStrategy):
             "hybrid", cls, description="GABRA-placed pipeline stages x data-parallel replicas (paper 003)"
         )
 
-
-def _to_cpu(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.detach().cpu()
-    if isinstance(value, dict):
-        return {k: _to_cpu(v) for k, v in value.items()}
-    return value

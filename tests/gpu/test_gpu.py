@@ -126,6 +126,15 @@ def test_pipeline_bf16_mixed_on_one_gpu(tmp_path):
     assert torch.isfinite(torch.cat([v.flatten().float() for v in load(tmp_path / "result.pt")["state"].values()])).all()
 
 
+def test_two_pipeline_stages_sharing_one_gpu_equal_one_device(tmp_path):
+    from test_hybrid_strategy import assert_state_equal, reference_steps
+
+    run_script(HYBRID, tmp_path, "--stages", "2", "--samples", "32", "--batch", "32", "--epochs", "2", "--momentum", "0.9",
+               *GPU, "--processes-per-device", "2")
+    _, _, reference = reference_steps(32, 2, momentum=0.9)
+    assert_state_equal(reference, {k: v.cpu() for k, v in load(tmp_path / "result.pt")["state"].items()})
+
+
 @two_gpus
 def test_two_pipeline_stages_on_two_gpus_equal_one_device(tmp_path):
     from test_hybrid_strategy import assert_state_equal, reference_steps

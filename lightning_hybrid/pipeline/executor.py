@@ -1,0 +1,146 @@
+"""One stage's part of a pipeline schedule: its forwards and backwards, and the messages between stages.
+
+:class:`StageExecutor` walks the action list :mod:`~lightning_hybrid.pipeline.schedules` gives
+its stage. A forward on a stage after the first receives its input from the stage before (a small
+header with the shape and dtype, then the tensor), runs the stage and, unless it is the last stage,
+sends the output on; the last stage computes the micro-batch's loss instead. A backward receives
+the gradient of the stage's output from the stage after (the last stage starts from its loss),
+backpropagates through the stage and, unless it is the first stage, sends its input's gradient
+back. Sends never block (they are waited for at the end of the step); receives do. Every message
+goes through :mod:`lightning_hybrid.comm.collectives`, so a stage's tensors may live on a GPU
+under NCCL or be staged through the CPU under gloo (several stages on one GPU).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from lightning_hybrid.comm.collectives import PendingExchange, exchange, start_exchange
+from lightning_hybrid.pipeline.schedules import Action, Kind
+
+_DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32, torch.uint8, torch.bool]
+_HEADER = 8  # dtype code, number of dimensions, up to six sizes
+
+
+def _header(tensor: torch.Tensor) -> torch.Tensor:
+    if tensor.dim() > _HEADER - 2:
+        raise ValueError(f"a stage output of {tensor.dim()} dimensions; at most {_HEADER - 2} can travel")
+    values = [_DTYPES.index(tensor.dtype), tensor.dim(), *tensor.shape]
+    return torch.tensor(values + [0] * (_HEADER - len(values)), dtype=torch.int64)
+
+
+class StageExecutor:
+    """Runs stage ``stage`` of a pipeline whose stages are the global ranks ``stage_ranks``, in ``group``.
+
+    Args:
+        module: the stage's blocks (e.g. a :class:`~lightning_hybrid.pipeline.stage.StageModule`).
+        stage: this stage's index.
+        stage_ranks: the global rank running each stage, in stage order.
+        group: the process group of the pipeline's ranks.
+        device: where received tensors are put (the stage's parameters' device).
+    """
+
+    def __init__(self, module: nn.Module, stage: int, stage_ranks: Sequence[int], group: dist.ProcessGroup | None,
+                 device: torch.device) -> None:
+        if not 0 <= stage < len(stage_ranks):
+            raise ValueError(f"stage {stage} of a pipeline of {len(stage_ranks)} stages")
+        self.module, self.stage, self.stage_ranks = module, stage, list(stage_ranks)
+        self.group, self.device = group, device
+        self._pending: list[PendingExchange] = []
+
+    @property
+    def first(self) -> bool:
+        return self.stage == 0
+
+    @property
+    def last(self) -> bool:
+        return self.stage == len(self.stage_ranks) - 1
+
+    # ---------------------------------------------------------------- messages
+    def _send(self, tensor: torch.Tensor, stage: int, with_header: bool) -> None:
+        tensor = tensor.detach().contiguous()
+        sends = ([(_header(tensor), self.stage_ranks[stage])] if with_header else []) + [(tensor, self.stage_ranks[stage])]
+        self._pending.append(start_exchange(sends, [], self.group))
+
+    def _receive_activation(self) -> torch.Tensor:
+        header = torch.empty(_HEADER, dtype=torch.int64)
+        exchange([], [(header, self.stage_ranks[self.stage - 1])], self.group)
+        code, ndim, *sizes = header.tolist()
+        tensor = torch.empty(sizes[:ndim], dtype=_DTYPES[code], device=self.device)
+        exchange([], [(tensor, self.stage_ranks[self.stage - 1])], self.group)
+        return tensor
+
+    def _receive_gradient(self, like: torch.Tensor) -> torch.Tensor:
+        grad = torch.empty_like(like)
+        exchange([], [(grad, self.stage_ranks[self.stage + 1])], self.group)
+        return grad
+
+    def _finish_sends(self) -> None:
+        for pending in self._pending:
+            pending.wait()
+        self._pending.clear()
+
+    # ---------------------------------------------------------------- steps
+    def _forward(self, micro_inputs: Sequence[torch.Tensor] | None, i: int, train: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        x = micro_inputs[i] if self.first else self._receive_activation()
+        if train and not self.first and x.is_floating_point():
+            x.requires_grad_(True)
+        y = self.module(x)
+        if not self.last:
+            self._send(y, self.stage + 1, with_header=True)
+        return x, y
+
+    def train(
+        self,
+        actions: Sequence[Action],
+        micro_inputs: Sequence[torch.Tensor] | None,
+        micro_targets: Sequence[torch.Tensor] | None,
+        loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+        loss_scale: float,
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Run a training step's actions. The last stage returns each micro-batch's loss (as
+        ``loss_fn`` gives it) and output; the gradient of ``loss_scale`` times each loss is
+        accumulated into the stage's parameters. Other stages return two empty lists."""
+        losses, outputs = [], []
+        saved: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        try:
+            for action in actions:
+                i = action.micro_batch
+                if action.kind == Kind.FORWARD:
+                    x, y = self._forward(micro_inputs, i, train=True)
+                    if self.last:
+                        loss = loss_fn(y, micro_targets[i])
+                        losses.append(loss.detach())
+                        outputs.append(y.detach())
+                        y = loss * loss_scale
+                    saved[i] = (x, y)
+                    continue
+                x, y = saved.pop(i)
+                if self.last:
+                    torch.autograd.backward(y)
+                else:
+                    torch.autograd.backward(y, self._receive_gradient(y))
+                if not self.first:
+                    self._send(x.grad if x.grad is not None else torch.zeros_like(x), self.stage - 1, with_header=False)
+        finally:
+            self._finish_sends()
+        return losses, outputs
+
+    @torch.no_grad()
+    def forward(self, actions: Sequence[Action], micro_inputs: Sequence[torch.Tensor] | None) -> list[torch.Tensor]:
+        """Run forward-only actions; the last stage returns each micro-batch's output."""
+        outputs = []
+        try:
+            for action in actions:
+                if action.kind != Kind.FORWARD:
+                    raise ValueError(f"{action} in a forward-only schedule")
+                _, y = self._forward(micro_inputs, action.micro_batch, train=False)
+                if self.last:
+                    outputs.append(y)
+        finally:
+            self._finish_sends()
+        return outputs

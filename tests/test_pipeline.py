@@ -1,0 +1,103 @@
+"""The pipeline algorithm without Lightning: schedules on paper, and a real two-process pipeline over gloo."""
+
+from __future__ import annotations
+
+import tempfile
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn.functional as F
+
+from lightning_hybrid.models import LeNet5
+from lightning_hybrid.pipeline import Mesh, PipelineParallel
+from lightning_hybrid.pipeline.schedules import SCHEDULES, Action, Kind, check, forward_only, gpipe, one_f_one_b
+
+
+def lists(schedule, stages, micro):
+    return [schedule(s, stages, micro) for s in range(stages)]
+
+
+@pytest.mark.parametrize("stages", [1, 2, 3, 5])
+@pytest.mark.parametrize("micro", [1, 2, 4, 7])
+def test_every_schedule_runs_to_the_end(stages, micro):
+    for schedule in SCHEDULES.values():
+        check(lists(schedule, stages, micro), micro)
+    check(lists(forward_only, stages, micro), micro, train=False)
+
+
+def test_one_f_one_b_keeps_at_most_stages_minus_position_activations():
+    for stage, actions in enumerate(lists(one_f_one_b, 4, 8)):
+        in_flight, most = 0, 0
+        for action in actions:
+            in_flight += 1 if action.kind == Kind.FORWARD else -1
+            most = max(most, in_flight)
+        assert most == 4 - stage
+    assert [a.kind for a in gpipe(0, 4, 8)][:8] == [Kind.FORWARD] * 8  # GPipe: every forward before any backward
+
+
+def test_a_deadlocking_order_is_caught():
+    bad = [[Action(Kind.FORWARD, 0), Action(Kind.BACKWARD, 0)], [Action(Kind.BACKWARD, 0), Action(Kind.FORWARD, 0)]]
+    with pytest.raises(ValueError, match="deadlocks"):
+        check(bad, 1)
+    with pytest.raises(ValueError, match="not 0..1 in order"):
+        check([[Action(Kind.FORWARD, 1), Action(Kind.FORWARD, 0)]], 2, train=False)
+
+
+def test_mesh_layout_and_stage_ranks():
+    mesh = Mesh(stages=2, replicas=2, order=(1, 0))
+    assert mesh.stage_ranks(0) == [1, 0] and mesh.stage_ranks(1) == [3, 2]
+    assert [mesh.stage_of(r) for r in range(4)] == [1, 0, 1, 0]
+
+
+def _data():
+    g = torch.Generator().manual_seed(0)
+    return torch.randn(12, 1, 28, 28, generator=g), torch.randint(0, 10, (12,), generator=g)
+
+
+def _net():
+    torch.manual_seed(1)
+    return LeNet5()
+
+
+def _two_stages(rank: int, init_file: str, out: str, schedule: str) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
+    net = _net()
+    blocks = list(net.named_children())
+    mesh = Mesh(stages=2, replicas=1, order=(1, 0))  # rank 1 runs the first stage
+    pipeline_group, _ = mesh.groups(rank)
+    pipeline = PipelineParallel(blocks, [(0, 3), (3, len(blocks))], mesh, rank, pipeline_group, torch.device("cpu"))
+    x, y = _data()
+    loss, output = pipeline.train_step(x, y, F.cross_entropy, schedule=schedule, micro_batches=3)
+    grads = {n: p.grad.clone() for n, p in net.named_parameters() if p.grad is not None}
+    predicted = pipeline.forward(x, micro_batches=4)
+    pipeline.gather_model()
+    torch.save({"loss": loss, "output": output, "grads": grads, "predicted": predicted,
+                "norm": pipeline.clip_grad_norm_(1e9)}, f"{out}/rank{rank}.pt")
+    dist.destroy_process_group()
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("schedule", ["1F1B", "GPipe"])
+def test_two_stage_pipeline_equals_one_device(tmp_path, schedule):
+    mp.start_processes(_two_stages, args=(tempfile.mktemp(dir=tmp_path), str(tmp_path), schedule), nprocs=2,
+                       join=True, start_method="spawn")
+    net = _net()
+    x, y = _data()
+    output = net(x)
+    loss = F.cross_entropy(output, y)
+    loss.backward()
+    results = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in (0, 1)]
+    got: dict[str, torch.Tensor] = {}
+    for r in results:
+        torch.testing.assert_close(r["loss"], loss.detach(), atol=1e-6, rtol=1e-5)  # every rank has the loss
+        torch.testing.assert_close(r["output"], output.detach(), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(r["predicted"], output.detach(), atol=1e-5, rtol=1e-5)
+        assert not set(got) & set(r["grads"])  # each parameter's gradient lives on exactly one stage
+        got.update(r["grads"])
+    for name, p in net.named_parameters():
+        torch.testing.assert_close(got[name], p.grad, atol=1e-6, rtol=1e-5, msg=name)
+    norm = torch.sqrt(sum(p.grad.pow(2).sum() for p in net.parameters())).item()
+    assert results[0]["norm"] == pytest.approx(norm, rel=1e-5) == results[1]["norm"]
