@@ -8,7 +8,6 @@ stage modules :mod:`lightning_hybrid.pipeline`, the schedules torch.distributed.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -23,10 +22,9 @@ from lightning_hybrid.comm.collectives import (
     all_gather_object, all_reduce_, broadcast_, broadcast_object, workers_backend,
 )
 from lightning_hybrid.comm.delayed_allreduce import DelayedAllReduce
+from lightning_hybrid.devices import Device, devices_from_config, free_memory, probe_speed
 from lightning_hybrid.pipeline import Mesh, StageModule, pipeline_blocks, pipeline_inputs
-from lightning_hybrid.placement import (
-    METHODS, Device, Placement, devices_from_config, plan, probe_speed, profile_blocks,
-)
+from lightning_hybrid.placement import METHODS, Placement, plan, profile_blocks
 from lightning_hybrid.placement.problem import Problem
 from lightning_hybrid.strategies.common import (
     ReplacedStep,
@@ -264,12 +262,9 @@ class HybridParallelStrategy(RoutedEvaluation, UnwrappedDDPStrategy):
 
     # ------------------------------------------------------------------ placement
     def _probe_devices(self) -> list[Device]:
-        """Each position's speed, measured on replica 0's ranks (slowed as the stage compute is)."""
-        speed = probe_speed(self.root_device) / self.compute_slowdown
-        memory = math.inf
-        if self.root_device.type == "cuda":
-            memory = float(torch.cuda.mem_get_info(self.root_device)[0])
-        speeds = all_gather_object((speed, memory))
+        """Each position's speed in FLOP/s and free memory, measured on replica 0's ranks (slowed as the stage compute is)."""
+        speed = probe_speed(self.root_device, slowdown=self.compute_slowdown)
+        speeds = all_gather_object((speed, free_memory(self.root_device)))
         return [Device(f"rank{p}", speed=s, memory=m) for p, (s, m) in enumerate(speeds[: self.pipeline_stages])]
 
     def _plan(self, module: pl.LightningModule, example: torch.Tensor, devices: list[Device]) -> Placement:
