@@ -39,7 +39,7 @@ log = logging.getLogger("lightning_hybrid")
 def _logical_workers(quota: Any) -> int:
     """``${logical_workers:QUOTA}`` in configs: cNeural's k = min(cores, memory / quota) on this machine."""
     from lightning_hybrid.data.shards import logical_workers
-    from lightning_hybrid.placement.devices import parse_size
+    from lightning_hybrid.devices import parse_size
 
     return logical_workers(parse_size(quota))
 

@@ -24,7 +24,7 @@ from lightning_hybrid.partition import (
     spectral_coclusters,
     threshold_from_timings,
 )
-from lightning_hybrid.partition.fc import _nonzero, _to_csr
+from lightning_hybrid.partition.sparse import nonzero_coords, to_csr
 
 ABILITIES = {2: [1.0, 3.0], 3: [2.0, 1.0, 1.5], 4: [1.0, 2.0, 3.0, 4.0]}
 
@@ -192,7 +192,7 @@ def test_mscc_fgcp_sends_clearly_less_than_rows_on_block_structure(abilities, se
 
 def test_coclustering_recovers_clean_blocks():
     W = block_sparse_matrix(90, 120, blocks=3, sparsity=0.75, outlier_fraction=0.0, seed=2)
-    rows, cols = _nonzero(_to_csr(W))
+    rows, cols = nonzero_coords(to_csr(W))
     row_labels, col_labels = spectral_coclusters(rows, cols, W.shape, 3)
     assert np.all(row_labels[rows] == col_labels[cols])  # no outliers: every nonzero inside a co-cluster
     assert sorted(np.bincount(row_labels).tolist()) == [30, 30, 30]
@@ -376,3 +376,31 @@ def test_measured_threshold_is_consistent_with_its_timings():
 def test_large_shapes_are_measured_scaled_down():
     timings = sparsity_timings(4096, 25088, sparsities=(0.5, 0.9, 0.99), repeats=1, min_time_s=1e-4, max_elements=1 << 16)
     assert timings.rows * timings.cols <= 1 << 16 and timings.cols > timings.rows
+
+
+def test_the_partition_modules_import_each_other_without_cycles():
+    """Module-level imports between ``lightning_hybrid.partition``'s modules form a DAG (``__init__`` aside)."""
+    import ast
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[1] / "lightning_hybrid" / "partition"
+    prefix = "lightning_hybrid.partition."
+    graph = {}
+    for path in folder.glob("*.py"):
+        if path.stem == "__init__":
+            continue
+        body = ast.parse(path.read_text()).body
+        graph[path.stem] = {node.module[len(prefix):] for node in body
+                            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(prefix)}
+    assert {"fc_cost", "fc_partition", "fgcp", "mscc", "sparse", "proportional"} <= set(graph)
+    done: set[str] = set()
+
+    def visit(module: str, path: tuple[str, ...]) -> None:
+        assert module not in path, f"import cycle: {' -> '.join((*path, module))}"
+        if module not in done:
+            for dependency in graph.get(module, ()):
+                visit(dependency, (*path, module))
+            done.add(module)
+
+    for module in graph:
+        visit(module, ())

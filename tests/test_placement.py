@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import torch
 
+from lightning_hybrid.devices import parse_size
 from lightning_hybrid.models import LeNet5, ResAttNet3D
 from lightning_hybrid.placement import (
     GABRA, METHODS, Block, Device, InfeasiblePlacementError, Problem, devices_from_config, plan, profile_blocks,
 )
-from lightning_hybrid.placement.devices import parse_size
 
 
 def random_instance(rng: np.random.Generator) -> tuple[list[Block], list[Device]]:

@@ -22,7 +22,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from lightning_hybrid.data.shards import ShardError, ShardStore, assign_shards, logical_workers
-from lightning_hybrid.placement.devices import parse_size
+from lightning_hybrid.devices import parse_size
 
 log = logging.getLogger(__name__)
 

@@ -12,10 +12,21 @@ can be tabulated side by side with another plan's; the executor runs a plan over
 * :mod:`~lightning_hybrid.partition.executor`: running a plan (``DistributedExecutor``,
   ``simulate``) and its accounting (``plan_traffic``).
 
-* :mod:`~lightning_hybrid.partition.fc`: sparse fully-connected layers. :func:`rows_partition` is
-  the 1-D baseline, :func:`mscc_fgcp_partition` MoDNN's spectral co-clustering (MSCC) plus
+Sparse fully-connected layers:
+
+* :mod:`~lightning_hybrid.partition.fc_cost`: the cost model (compute in dense MACs, transfer and
+  wake-up time per worker) and the :class:`LayerCost` record.
+* :mod:`~lightning_hybrid.partition.fc_partition`: a plan (:class:`FCPartition`) and the 1-D
+  baseline :func:`rows_partition`.
+* :mod:`~lightning_hybrid.partition.mscc`: spectral co-clustering (MSCC) of the nonzero pattern.
+* :mod:`~lightning_hybrid.partition.fgcp`: :func:`mscc_fgcp_partition`, MoDNN's MSCC plus
   fine-grain cross partition (FGCP) of the outliers with the group owner.
+* :mod:`~lightning_hybrid.partition.sparse`: canonical CSR input and the test matrices.
+* :mod:`~lightning_hybrid.partition.proportional`: shares in proportion to ability (both kinds of
+  layer).
 * :mod:`~lightning_hybrid.partition.sparsity`: the measured sparsity above which SpMV beats GEMV.
+
+Units of the abilities: :mod:`lightning_hybrid.devices`.
 
 Example::
 
@@ -26,25 +37,22 @@ Example::
     True
 """
 
-from lightning_hybrid.partition.fc import (
+from lightning_hybrid.partition.fc_cost import (
     ABILITY_UNIT,
     DEFAULT_THROUGHPUT,
     DEFAULT_WAKEUP_S,
     GO,
-    FCPart,
-    FCPartition,
     LayerCost,
-    block_sparse_matrix,
     compute_cost,
     compute_format,
     format_cost_table,
-    mscc_fgcp_partition,
-    proportional_sizes,
-    random_sparse_matrix,
-    rows_partition,
-    spectral_coclusters,
 )
+from lightning_hybrid.partition.fc_partition import FCPart, FCPartition, rows_partition
+from lightning_hybrid.partition.fgcp import mscc_fgcp_partition
+from lightning_hybrid.partition.mscc import spectral_coclusters
 from lightning_hybrid.partition.network import PartitionPlan, plan_partition
+from lightning_hybrid.partition.proportional import proportional_sizes
+from lightning_hybrid.partition.sparse import block_sparse_matrix, random_sparse_matrix
 from lightning_hybrid.partition.spatial import Box, NetworkPlan, PartitionError, plan_network
 from lightning_hybrid.partition.sparsity import (
     PAPER_DENSITY_THRESHOLD,

@@ -21,7 +21,8 @@ import torch.distributed as dist
 from torch import nn
 
 from lightning_hybrid.comm.collectives import broadcast_, exchange, start_exchange
-from lightning_hybrid.partition.fc import GO, FCPartition
+from lightning_hybrid.partition.fc_cost import GO
+from lightning_hybrid.partition.fc_partition import FCPartition
 from lightning_hybrid.partition.network import PartitionPlan, fc_weights
 from lightning_hybrid.partition.spatial import OWNER, Box, Step, compute, full_box, slice_box, transfers
 

@@ -4,7 +4,7 @@ The group owner (worker 0) runs the fully-connected layers; with ``fc_partition`
 one's weight matrix with the other workers (MoDNN: the owner is the group owner, the others are
 the workers): ``"rows"`` is the 1-D baseline (contiguous blocks along the longer side, in
 proportion to the workers' abilities), ``"mscc_fgcp"`` spectral co-clustering of the nonzero pattern
-plus fine-grain cross partition of the outliers with the owner (:mod:`lightning_hybrid.partition.fc`).
+plus fine-grain cross partition of the outliers with the owner (:mod:`lightning_hybrid.partition.fgcp`).
 A dense layer (fewer than ``min_sparsity`` zeros) has no co-cluster structure to find: it is split
 by rows whichever method is asked for, and the plan says so.
 
@@ -24,7 +24,9 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from lightning_hybrid.partition.fc import FCPartition, mscc_fgcp_partition, rows_partition
+from lightning_hybrid.partition.fc_cost import ABILITY_UNIT
+from lightning_hybrid.partition.fc_partition import FCPartition, rows_partition
+from lightning_hybrid.partition.fgcp import mscc_fgcp_partition
 from lightning_hybrid.partition.spatial import NetworkPlan, PartitionError, plan_network
 
 FC_PARTITIONS = ("mscc_fgcp", "rows", "owner")
@@ -55,13 +57,16 @@ def plan_partition(
     fc_partition: str = "mscc_fgcp",
     min_sparsity: float = 0.5,
     seed: int = 0,
-    ability_unit: float = 1e9,
+    ability_unit: float = ABILITY_UNIT,
 ) -> PartitionPlan:
     """Plan ``net`` for ``len(abilities)`` workers (worker 0 is the group owner).
 
-    ``ability_unit`` is what an ability of 1 means in multiply-accumulates per second for the FC
-    cost model (default: relative abilities of 1 GMAC/s devices; 0.5 for abilities in FLOP/s, as
-    the strategy's probe measures them)."""
+    The spatial split uses only the abilities' ratios. ``ability_unit`` is what an ability of 1
+    means in multiply-accumulates per second for the FC cost model,
+    :func:`lightning_hybrid.devices.macs_per_unit` of the abilities' unit: the default,
+    :data:`~lightning_hybrid.partition.ABILITY_UNIT` (1e9), takes them as relative to a 1 GMAC/s
+    device; ``macs_per_unit("flop/s")`` (0.5) takes them as FLOP/s, as
+    :func:`~lightning_hybrid.devices.probe_speed` measures them."""
     if fc_partition not in FC_PARTITIONS:
         raise PartitionError(f"unknown fc_partition {fc_partition!r}; choose one of {FC_PARTITIONS}")
     spatial = plan_network(net, sample_shape, abilities, conv_partition)

@@ -47,7 +47,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lightning_hybrid.partition.fc import proportional_sizes
+from lightning_hybrid.partition.proportional import proportional_split
 
 OWNER = 0
 
@@ -95,14 +95,6 @@ def module_device(module: nn.Module) -> torch.device:
 def full_box(shape: Sequence[int], axes: Sequence[int]) -> Box:
     """All of a sample of ``shape`` (``Box(())`` when it no longer has the split axes, e.g. after flatten)."""
     return Box(tuple((0, shape[a]) for a in axes)) if len(shape) > max(axes) else Box(())
-
-
-def proportional_split(length: int, abilities: Sequence[float]) -> list[tuple[int, int]]:
-    """Contiguous ranges of ``range(length)`` with sizes proportional to ``abilities`` (largest remainders)."""
-    bounds = [0]
-    for size in proportional_sizes(length, abilities):
-        bounds.append(bounds[-1] + size)
-    return list(zip(bounds, bounds[1:]))
 
 
 def grid_shape(workers: int) -> tuple[int, int]:

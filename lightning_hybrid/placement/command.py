@@ -8,8 +8,8 @@ of ``{speed, memory, bandwidth}`` mappings (one per stage; YAML syntax); ``input
 (default ``[1,28,28]``, MNIST); ``batch`` the (micro-)batch the blocks are profiled with;
 ``stages`` fewer stages than devices; ``methods`` a subset; ``seed``; ``objective``;
 ``measure_time`` to time each block on this machine (the ``time`` method uses it); ``speeds_in``
-``flops`` (default: device speeds are relative, block costs are scaled so that speed 1 is this
-machine's probed FLOP/s) or ``raw`` (speeds are FLOP/s).
+says what the device speeds are (:mod:`lightning_hybrid.devices`): ``flops`` (default) relative
+speeds, turned into FLOP/s with this machine's probed FLOP/s as speed 1, or ``raw`` FLOP/s.
 """
 
 from __future__ import annotations
@@ -20,14 +20,16 @@ import torch
 import yaml
 from hydra import compose, initialize_config_module
 
+from lightning_hybrid.devices import devices_from_config, devices_in_flops, probe_speed
 from lightning_hybrid.placement.cost import profile_blocks
-from lightning_hybrid.placement.devices import devices_from_config, probe_speed
 from lightning_hybrid.placement.plan import METHODS, compare, format_comparison
 
 log = logging.getLogger(__name__)
 
 OPTIONS = {"devices": "[1,2]", "input": "[1,28,28]", "batch": "4", "stages": "null", "methods": None, "seed": "0",
            "objective": "bottleneck", "measure_time": "false", "speeds_in": "flops"}
+SPEEDS_IN = {"flops": "relative", "raw": "flop/s"}
+"""``speeds_in`` values and the unit (:data:`lightning_hybrid.devices.SPEED_UNITS`) of the speeds given."""
 
 
 def plan_command(argv: list[str]) -> str:
@@ -43,6 +45,8 @@ def plan_command(argv: list[str]) -> str:
             raise SystemExit(f"lightning-hybrid plan: unknown argument {arg!r}; use model=..., model.*=..., or "
                              f"{', '.join(OPTIONS)} (key=value)")
     parsed = {k: yaml.safe_load(v) if v is not None else None for k, v in options.items()}
+    if parsed["speeds_in"] not in SPEEDS_IN:
+        raise SystemExit(f"lightning-hybrid plan: speeds_in must be {' or '.join(SPEEDS_IN)}, got {parsed['speeds_in']!r}")
     with initialize_config_module(config_module="lightning_hybrid.configs", version_base="1.3"):
         cfg = compose(config_name="train", overrides=overrides)
     from lightning_hybrid.cli import build
@@ -50,10 +54,8 @@ def plan_command(argv: list[str]) -> str:
     net = build(cfg.model)
     example = torch.randn(int(parsed["batch"]), *[int(s) for s in parsed["input"]])
     blocks = profile_blocks(net, example, measure_time=bool(parsed["measure_time"]))
-    devices = devices_from_config(parsed["devices"])
-    if parsed["speeds_in"] == "flops":
-        base = probe_speed()
-        devices = [type(d)(d.name, d.speed * base, d.memory, d.bandwidth) for d in devices]
+    unit = SPEEDS_IN[parsed["speeds_in"]]
+    devices = devices_in_flops(devices_from_config(parsed["devices"]), unit, probe_speed() if unit == "relative" else None)
     methods = parsed["methods"] or list(METHODS)
     results = compare(blocks, devices, methods=methods, stages=parsed["stages"], seed=int(parsed["seed"]),
                       objective=parsed["objective"])

@@ -47,7 +47,7 @@ def profile_blocks(
         >>> from lightning_hybrid.models import LeNet5
         >>> blocks = profile_blocks(LeNet5(), torch.zeros(8, 1, 28, 28))
         >>> [b.name for b in blocks][:3], blocks[0].out_bytes
-        (['c1', 's2', 'c3'], 150528)
+        (['c1', 's2', 'c3'], 150528.0)
     """
     pairs = named_blocks(model)
     result = []

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from lightning_hybrid.devices import Device
 from lightning_hybrid.placement.gabra import GABRA
-from lightning_hybrid.placement.problem import Block, Device, InfeasiblePlacementError, Placement, Problem
+from lightning_hybrid.placement.problem import Block, InfeasiblePlacementError, Placement, Problem
 from lightning_hybrid.placement.solvers import balance_by_time, exact, parameters, uniform
 
 METHODS = ("gabra", "exact", "uniform", "parameters", "time")

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from lightning_hybrid.devices import Device
+
 
 class InfeasiblePlacementError(ValueError):
     """No placement (or not the requested one) fits the devices; the message says what to change."""
@@ -26,8 +28,9 @@ class Block:
 
     Args:
         name: the block's name in the model.
-        cost: compute per training step, in the units of :attr:`Device.speed` (FLOPs of forward and
-            backward by default).
+        cost: compute per training step, in the units of :attr:`Device.speed` per second (FLOPs of
+            forward and backward from :func:`~lightning_hybrid.placement.profile_blocks`, for speeds
+            in FLOP/s; see :mod:`lightning_hybrid.devices`).
         out_bytes: bytes of the block's output activation (sent to the next stage if a cut follows).
         memory: bytes the block needs on its device (parameters, gradients, optimizer state and
             activations kept for backward).
@@ -47,31 +50,6 @@ class Block:
             value = getattr(self, what)
             if not (isinstance(value, (int, float)) and value >= 0 and math.isfinite(value)):
                 raise ValueError(f"block {self.name!r}: {what} must be a finite number >= 0, got {value!r}")
-
-
-@dataclass(frozen=True)
-class Device:
-    """A device a stage can run on.
-
-    Args:
-        name: for messages and tables.
-        speed: compute units per second (FLOP/s, or relative speed if block costs are relative).
-        memory: bytes available to a stage (``inf``: no limit).
-        bandwidth: bytes per second of the link to the next stage (``inf``: free transfers).
-    """
-
-    name: str = "device"
-    speed: float = 1.0
-    memory: float = math.inf
-    bandwidth: float = math.inf
-
-    def __post_init__(self) -> None:
-        if not (isinstance(self.speed, (int, float)) and self.speed > 0 and math.isfinite(self.speed)):
-            raise ValueError(f"device {self.name!r}: speed must be a finite number > 0, got {self.speed!r}")
-        for what in ("memory", "bandwidth"):
-            value = getattr(self, what)
-            if not (isinstance(value, (int, float)) and value > 0):
-                raise ValueError(f"device {self.name!r}: {what} must be > 0 (inf for no limit), got {value!r}")
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,6 @@ stage modules :mod:`lightning_hybrid.pipeline`, the schedules torch.distributed.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -22,11 +21,10 @@ from lightning_hybrid.comm.collectives import (
     all_gather_object, broadcast_object,
 )
 from lightning_hybrid.comm.delayed_allreduce import DelayedAllReduce
+from lightning_hybrid.devices import Device, devices_from_config, devices_in_flops, free_memory, probe_speed
 from lightning_hybrid.pipeline import Mesh, PipelineParallel, StageModule, pipeline_blocks, pipeline_inputs
 from lightning_hybrid.pipeline.schedules import SCHEDULES
-from lightning_hybrid.placement import (
-    METHODS, Device, Placement, devices_from_config, plan, probe_speed, profile_blocks,
-)
+from lightning_hybrid.placement import METHODS, Placement, plan, profile_blocks
 from lightning_hybrid.placement.problem import Problem
 from lightning_hybrid.strategies.common import (
     ReplacedStep,
@@ -55,7 +53,8 @@ class HybridParallelStrategy(RoutedEvaluation, UnwrappedDDPStrategy):
     Rank ``r`` is position ``r % pipeline_stages`` of replica ``r // pipeline_stages``.
 
     Devices: ``devices`` describes the ``pipeline_stages`` positions (speed, memory, bandwidth;
-    a number is a speed), or ``None`` to measure each position's speed with a short probe (under
+    a number is a speed; speeds are relative, 1 being the FLOP/s rank 0 measures, see
+    :mod:`lightning_hybrid.devices`), or ``None`` to measure each position's speed with a short probe (under
     ``sim.slowdown`` the probe and the stage's compute are slowed alike). Block costs are profiled
     on the first batch (one micro-batch of it) unless ``input_shape`` is given.
 
@@ -203,7 +202,7 @@ class HybridParallelStrategy(RoutedEvaluation, UnwrappedDDPStrategy):
                 f"the model has {len(blocks)}"
             )
         if self.input_shape is not None and self.device_specs is not None:
-            self._plan(model, torch.zeros(self._micro_batch_size_hint(trainer), *self.input_shape), self.device_specs)
+            self._plan(model, torch.zeros(self._micro_batch_size_hint(trainer), *self.input_shape), self._given_devices())
 
     def _micro_batch_size_hint(self, trainer: pl.Trainer) -> int:
         datamodule = trainer.datamodule if hasattr(trainer, "datamodule") else None
@@ -237,13 +236,15 @@ class HybridParallelStrategy(RoutedEvaluation, UnwrappedDDPStrategy):
         self._wrap_gradient_clipping()
 
     # ------------------------------------------------------------------ placement
+    def _given_devices(self) -> list[Device]:
+        """``devices`` in FLOP/s: their speeds are relative, a speed of 1 being this machine's probed
+        FLOP/s, so that compute and transfer times (with a bandwidth) are both in seconds."""
+        return devices_in_flops(self.device_specs, "relative", probe_speed(self.root_device))
+
     def _probe_devices(self) -> list[Device]:
-        """Each position's speed, measured on replica 0's ranks (slowed as the stage compute is)."""
-        speed = probe_speed(self.root_device) / self.compute_slowdown
-        memory = math.inf
-        if self.root_device.type == "cuda":
-            memory = float(torch.cuda.mem_get_info(self.root_device)[0])
-        speeds = all_gather_object((speed, memory))
+        """Each position's speed in FLOP/s and free memory, measured on replica 0's ranks (slowed as the stage compute is)."""
+        speed = probe_speed(self.root_device, slowdown=self.compute_slowdown)
+        speeds = all_gather_object((speed, free_memory(self.root_device)))
         return [Device(f"rank{p}", speed=s, memory=m) for p, (s, m) in enumerate(speeds[: self.pipeline_stages])]
 
     def _plan(self, module: pl.LightningModule, example: torch.Tensor, devices: list[Device]) -> Placement:
@@ -272,7 +273,7 @@ class HybridParallelStrategy(RoutedEvaluation, UnwrappedDDPStrategy):
         module = self.lightning_module
         if self.pipeline is not None and self._planned_for is pipeline_blocks(module):
             return self.pipeline
-        devices = self.device_specs or self._probe_devices()
+        devices = self._given_devices() if self.device_specs is not None else self._probe_devices()
         planned: Placement | Exception | None = None
         if self.global_rank == 0:
             micro = inputs[: max(len(inputs) // self.micro_batches, 1)]

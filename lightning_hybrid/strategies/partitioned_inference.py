@@ -20,11 +20,11 @@ from pytorch_lightning.trainer.states import TrainerFn
 from pytorch_lightning.utilities.rank_zero import rank_zero_info
 
 from lightning_hybrid.comm.collectives import all_gather_object
+from lightning_hybrid.devices import REFERENCE_ABILITY_FLOPS, macs_per_unit, probe_speed
 from lightning_hybrid.partition.executor import DistributedExecutor, LayerTraffic
 from lightning_hybrid.partition.network import FC_PARTITIONS, PartitionPlan, plan_partition
 from lightning_hybrid.partition.spatial import CONV_PARTITIONS, PartitionError
 from lightning_hybrid.pipeline.protocol import pipeline_blocks
-from lightning_hybrid.placement.devices import probe_speed
 from lightning_hybrid.strategies.common import RoutedEvaluation, UnwrappedDDPStrategy
 
 log = logging.getLogger(__name__)
@@ -61,8 +61,10 @@ class PartitionedInferenceStrategy(RoutedEvaluation, UnwrappedDDPStrategy):
     returns the same predictions.
 
     Args:
-        abilities: one computing ability per worker (relative speeds), or ``None`` to measure each
-            rank with a matrix-product probe when inference starts.
+        abilities: one computing ability per worker, relative speeds (the FC cost model takes an
+            ability of 1 as 1 GMAC/s, :data:`~lightning_hybrid.devices.REFERENCE_ABILITY_FLOPS`), or
+            ``None`` to measure each rank's FLOP/s with a matrix-product probe when inference starts
+            (see :mod:`lightning_hybrid.devices`).
         conv_partition: ``"bodp"`` or ``"grid2d"``.
         fc_partition: ``"mscc_fgcp"``, ``"rows"`` or ``"owner"``.
         min_sparsity: a fully-connected layer with fewer zeros than this is split by rows.
@@ -162,8 +164,8 @@ class PartitionedInferenceStrategy(RoutedEvaluation, UnwrappedDDPStrategy):
 
     # ------------------------------------------------------------------ planning
     def _measured_abilities(self) -> list[float]:
-        speed = probe_speed(self.root_device) / self.compute_slowdown
-        speeds = all_gather_object(speed)
+        """Every rank's FLOP/s (slowed as its layer compute is)."""
+        speeds = all_gather_object(probe_speed(self.root_device, slowdown=self.compute_slowdown))
         return [float(s) for s in speeds]
 
     def _executor(self, sample_shape: tuple[int, ...]) -> DistributedExecutor:
@@ -172,10 +174,11 @@ class PartitionedInferenceStrategy(RoutedEvaluation, UnwrappedDDPStrategy):
             return executor
         probed = self.abilities is None
         abilities = self._measured_abilities() if probed else self.abilities
+        ability_unit = macs_per_unit("flop/s" if probed else "relative", REFERENCE_ABILITY_FLOPS)
         net = pipeline_blocks(self.lightning_module)
         try:
             plan = plan_partition(net, sample_shape, abilities, self.conv_partition, self.fc_partition, self.min_sparsity,
-                                  ability_unit=0.5 if probed else 1e9)  # probed: FLOP/s = 2 x MAC/s
+                                  ability_unit=ability_unit)
         except PartitionError as err:
             raise ValueError(f"PartitionedInferenceStrategy: {err}") from None
         signature = [[(s.kind, s.out_boxes) for s in plan.steps], {i: fc.owner.tolist() for i, fc in plan.fc.items()}]
