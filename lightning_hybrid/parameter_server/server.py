@@ -37,6 +37,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -222,9 +223,23 @@ class ParameterServer:
                 raise
 
 
+# The server needs torch only. Importing ``lightning_hybrid`` runs the package's __init__, which
+# imports Lightning to register the strategies (2-3 s of CPU per process); the server process stands
+# in an empty package object for it and imports its own modules from the package folder.
+_LAUNCH = (
+    "import sys, types\n"
+    "package = types.ModuleType('lightning_hybrid')\n"
+    "package.__path__ = [sys.argv[1]]\n"
+    "sys.modules['lightning_hybrid'] = package\n"
+    "from lightning_hybrid.parameter_server.server import main\n"
+    "main()\n"
+)
+
+
 def start_server(settings: ServerSettings) -> subprocess.Popen:
     """Start the server process for ``settings`` (it exits when this process dies)."""
-    process = subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE, text=True)
+    package_dir = str(Path(__file__).resolve().parents[1])
+    process = subprocess.Popen([sys.executable, "-c", _LAUNCH, package_dir], stdin=subprocess.PIPE, text=True)
     process.stdin.write(settings.to_json())
     process.stdin.close()
     return process
