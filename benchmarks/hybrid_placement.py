@@ -27,7 +27,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_hybrid import ClassifierModule, HybridParallelStrategy
 from lightning_hybrid.models import ResAttNet3D
-from lightning_hybrid.sim import HeterogeneitySimulator
+from lightning_hybrid.callbacks import HeterogeneitySimulator
 
 
 class StepClock(pl.Callback):

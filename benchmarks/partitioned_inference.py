@@ -40,7 +40,7 @@ def run_contender(args: argparse.Namespace) -> None:
     from torch.utils.data import DataLoader, TensorDataset
 
     from lightning_hybrid import ClassifierModule, PartitionedInferenceStrategy
-    from lightning_hybrid.sim import HeterogeneitySimulator
+    from lightning_hybrid.callbacks import HeterogeneitySimulator
 
     torch.set_num_threads(1)
     net = build_model(args.width, args.size)

@@ -31,7 +31,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from pytorch_lightning.accelerators import CPUAccelerator
 
 from lightning_hybrid.classifier import ClassifierModule
-from lightning_hybrid.sim import HeterogeneitySimulator
+from lightning_hybrid.callbacks import HeterogeneitySimulator
 
 log = logging.getLogger("lightning_hybrid")
 

@@ -21,7 +21,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_hybrid import ClassifierModule, HybridParallelStrategy
 from lightning_hybrid.models import LeNet5, ResAttNet3D
-from lightning_hybrid.sim import HeterogeneitySimulator
+from lightning_hybrid.callbacks import HeterogeneitySimulator
 
 
 def make_data(samples: int, model: str = "lenet5") -> TensorDataset:

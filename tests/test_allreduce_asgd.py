@@ -167,7 +167,7 @@ def test_unsupported_runs_fail_before_workers_start():
 
 
 def test_latency_needs_a_strategy_that_takes_it():
-    from lightning_hybrid.sim import HeterogeneitySimulator
+    from lightning_hybrid.callbacks import HeterogeneitySimulator
 
     sim = HeterogeneitySimulator(collective_latency_s=0.1)
     sim.check_strategy(AllReduceASGDStrategy())

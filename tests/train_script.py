@@ -28,7 +28,7 @@ from lightning_hybrid.callbacks import EpochTimer
 from lightning_hybrid.data.base import EpochSeededRandomSampler
 from lightning_hybrid.data.synthetic import synthetic_classification
 from lightning_hybrid.models import MLP
-from lightning_hybrid.sim import HeterogeneitySimulator
+from lightning_hybrid.callbacks import HeterogeneitySimulator
 
 
 class IndexedData(pl.LightningDataModule):

@@ -25,6 +25,7 @@ from lightning_hybrid.partition.fc_cost import GO
 from lightning_hybrid.partition.fc_partition import FCPartition
 from lightning_hybrid.partition.network import PartitionPlan, fc_weights
 from lightning_hybrid.partition.spatial import OWNER, Box, Step, compute, full_box, slice_box, transfers
+from lightning_hybrid.sim.slowdown import stretch
 
 
 def _piece_shape(batch: int, shape: tuple[int, ...], region: Box, axes: tuple[int, ...]) -> list[int]:
@@ -261,9 +262,7 @@ class DistributedExecutor:
     def _compute(self, fn: Callable[[], torch.Tensor]) -> tuple[torch.Tensor, float]:
         start = time.perf_counter()
         out = fn()
-        elapsed = time.perf_counter() - start
-        if self.slowdown > 1.0:
-            self._sleep((self.slowdown - 1.0) * elapsed)
+        stretch(time.perf_counter() - start, self.slowdown, self._sleep)
         return out, time.perf_counter() - start
 
     def _run_fc(self, index: int, held: torch.Tensor | None, batch: int, like: torch.Tensor) -> torch.Tensor | None:

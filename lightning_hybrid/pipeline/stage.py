@@ -8,6 +8,8 @@ from collections import OrderedDict
 import torch
 from torch import nn
 
+from lightning_hybrid.sim.slowdown import stretch
+
 
 class _Clock:
     def __init__(self) -> None:
@@ -39,10 +41,7 @@ class _BackwardEnds(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
-        extra = (time.perf_counter() - ctx.clock.backward_start) * (ctx.factor - 1.0)
-        if extra > 0:
-            time.sleep(extra)
-            ctx.clock.slept += extra
+        ctx.clock.slept += stretch(time.perf_counter() - ctx.clock.backward_start, ctx.factor)
         return grad, None, None
 
 
@@ -89,10 +88,7 @@ class StageModule(nn.Module):
             x = _BackwardEnds.apply(x, self._clock, self.slowdown)
         start = time.perf_counter()
         out = self.blocks(x)
-        extra = (time.perf_counter() - start) * (self.slowdown - 1.0)
-        if extra > 0:
-            time.sleep(extra)
-            self._clock.slept += extra
+        self._clock.slept += stretch(time.perf_counter() - start, self.slowdown)
         if training and out.requires_grad:
             out = _BackwardStarts.apply(out, self._clock)
         return out

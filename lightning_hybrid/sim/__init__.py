@@ -1,5 +1,8 @@
-"""Heterogeneity simulation: slow ranks and transient stragglers on one machine."""
+"""Heterogeneity simulation in plain Python: slowed work and transient stragglers on one machine.
 
-from lightning_hybrid.sim.slowdown import HeterogeneitySimulator, StepStretcher
+The Lightning callback that applies it to training is :class:`lightning_hybrid.callbacks.HeterogeneitySimulator`.
+"""
 
-__all__ = ["HeterogeneitySimulator", "StepStretcher"]
+from lightning_hybrid.sim.slowdown import StepStretcher, stretch
+
+__all__ = ["StepStretcher", "stretch"]
