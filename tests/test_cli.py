@@ -198,7 +198,7 @@ def test_partitioned_inference_tests_a_trained_checkpoint_through_the_cli(tmp_pa
 def test_more_processes_than_gpus_share_them_when_the_strategy_can():
     from omegaconf import OmegaConf
 
-    from lightning_hybrid.cli import spread_processes_over_gpus
+    from lightning_hybrid.cli.app import spread_processes_over_gpus
 
     def cfg(devices, strategy):
         return OmegaConf.create({"trainer": {"accelerator": "gpu", "devices": devices}, "strategy": strategy})

@@ -45,7 +45,7 @@ def plan_command(argv: list[str]) -> str:
     parsed = {k: yaml.safe_load(v) if v is not None else None for k, v in options.items()}
     with initialize_config_module(config_module="lightning_hybrid.configs", version_base="1.3"):
         cfg = compose(config_name="train", overrides=overrides)
-    from lightning_hybrid.cli import build
+    from lightning_hybrid.cli.app import build
 
     net = build(cfg.model)
     example = torch.randn(int(parsed["batch"]), *[int(s) for s in parsed["input"]])
