@@ -171,7 +171,7 @@ def test_hybrid_through_the_cli_with_simulated_speeds(tmp_path):
 
 
 def test_plan_command_prints_every_method(capsys):
-    from lightning_hybrid.placement.command import plan_command
+    from lightning_hybrid.cli.plan import plan_command
 
     text = plan_command(["model=lenet5", "devices=[1,2,{speed: 1, memory: 1GiB}]", "batch=2", "stages=2"])
     for method in ("gabra", "exact", "uniform", "parameters", "time"):

@@ -8,8 +8,8 @@
 
 Here: the console entry point :func:`main`, which runs a subcommand or Hydra's command line around
 :func:`lightning_hybrid.cli.app.train`. One module per job: ``app`` (the training app), ``data``
-(``lightning-hybrid data ...``), ``relaunch`` (child ranks under Hydra sweeps); ``plan`` is
-:mod:`lightning_hybrid.placement.command`, ``explain`` :mod:`lightning_hybrid.explain`. ``python -m lightning_hybrid.cli``
+(``lightning-hybrid data ...``), ``plan`` (``lightning-hybrid plan``), ``relaunch`` (child ranks under
+Hydra sweeps); ``explain`` is :mod:`lightning_hybrid.explain`. ``python -m lightning_hybrid.cli``
 runs :func:`main` too.
 """
 
@@ -22,6 +22,7 @@ from omegaconf import DictConfig
 
 from lightning_hybrid.cli.app import train
 from lightning_hybrid.cli.data import data_command
+from lightning_hybrid.cli.plan import plan_command
 
 
 # Defined in this module, not in app.py: Hydra names the job after the module of the decorated
@@ -35,12 +36,6 @@ def _hydra_train(cfg: DictConfig) -> float | None:
 
 def explain_command(argv: list[str]) -> None:
     from lightning_hybrid.explain import explain_command as run
-
-    run(argv)
-
-
-def plan_command(argv: list[str]) -> None:
-    from lightning_hybrid.placement.command import plan_command as run
 
     run(argv)
 

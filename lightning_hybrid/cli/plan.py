@@ -14,17 +14,14 @@ machine's probed FLOP/s) or ``raw`` (speeds are FLOP/s).
 
 from __future__ import annotations
 
-import logging
-
 import torch
 import yaml
 from hydra import compose, initialize_config_module
 
+from lightning_hybrid.cli.app import build
 from lightning_hybrid.placement.cost import profile_blocks
 from lightning_hybrid.placement.devices import devices_from_config, probe_speed
 from lightning_hybrid.placement.plan import METHODS, compare, format_comparison
-
-log = logging.getLogger(__name__)
 
 OPTIONS = {"devices": "[1,2]", "input": "[1,28,28]", "batch": "4", "stages": "null", "methods": None, "seed": "0",
            "objective": "bottleneck", "measure_time": "false", "speeds_in": "flops"}
@@ -45,8 +42,6 @@ def plan_command(argv: list[str]) -> str:
     parsed = {k: yaml.safe_load(v) if v is not None else None for k, v in options.items()}
     with initialize_config_module(config_module="lightning_hybrid.configs", version_base="1.3"):
         cfg = compose(config_name="train", overrides=overrides)
-    from lightning_hybrid.cli.app import build
-
     net = build(cfg.model)
     example = torch.randn(int(parsed["batch"]), *[int(s) for s in parsed["input"]])
     blocks = profile_blocks(net, example, measure_time=bool(parsed["measure_time"]))
