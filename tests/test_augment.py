@@ -241,7 +241,7 @@ def test_augment_mnist_is_deterministic_for_a_seed_whatever_the_batch_and_shard_
 
 
 def test_augment_mnist_command_writes_the_requested_count(tmp_path, caplog):
-    from lightning_hybrid.cli import data_command
+    from lightning_hybrid.cli.data import data_command
 
     write_tiny_mnist(tmp_path / "mnist", n_train=50, n_test=10)
     train = read_idx(tmp_path / "mnist" / "train-images-idx3-ubyte.gz")

@@ -171,7 +171,7 @@ def test_hybrid_through_the_cli_with_simulated_speeds(tmp_path):
 
 
 def test_plan_command_prints_every_method(capsys):
-    from lightning_hybrid.placement.command import plan_command
+    from lightning_hybrid.cli.plan import plan_command
 
     text = plan_command(["model=lenet5", "devices=[1,2,{speed: 1, memory: 1GiB}]", "batch=2", "stages=2"])
     for method in ("gabra", "exact", "uniform", "parameters", "time"):
@@ -198,7 +198,7 @@ def test_partitioned_inference_tests_a_trained_checkpoint_through_the_cli(tmp_pa
 def test_more_processes_than_gpus_share_them_when_the_strategy_can():
     from omegaconf import OmegaConf
 
-    from lightning_hybrid.cli import spread_processes_over_gpus
+    from lightning_hybrid.cli.app import spread_processes_over_gpus
 
     def cfg(devices, strategy):
         return OmegaConf.create({"trainer": {"accelerator": "gpu", "devices": devices}, "strategy": strategy})

@@ -12,7 +12,7 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import open_dict
 
-from lightning_hybrid.cli import build, build_callbacks, build_module, build_strategy
+from lightning_hybrid.cli.app import build, build_callbacks, build_module, build_strategy
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 GROUPS = sorted(p.name for p in CONFIGS.iterdir() if p.is_dir() and p.name != "hydra")

@@ -80,7 +80,7 @@ def test_quota_errors_and_logical_workers(tmp_path):
 
 
 def test_pack_command_writes_real_mnist_as_a_store(tmp_path, real_mnist):
-    from lightning_hybrid.cli import data_command
+    from lightning_hybrid.cli.data import data_command
 
     data_command(["pack", "--root", str(real_mnist), "--out", str(tmp_path / "store"), "--split", "test",
                   "--shard-size", "3000"])

@@ -1,4 +1,4 @@
-"""The `lightning-hybrid` command: a Hydra app that composes model x data x strategy x trainer.
+"""The training app of `lightning-hybrid`: a run composed of model x data x strategy x trainer.
 
     lightning-hybrid                                   # LeNet-5 on MNIST, one process
     lightning-hybrid strategy=ddp trainer.devices=2    # two processes, synchronous DDP
@@ -7,7 +7,11 @@
 
 It trains, tests, and reports the final metrics and where the run's outputs are (also written to
 ``metrics.json`` in the run folder). The configs are in the repository's ``configs/`` folder,
-shipped inside the package as ``lightning_hybrid.configs``.
+shipped inside the package as ``lightning_hybrid.configs``. Here: :func:`train` and what it builds
+from the config (model, data, strategy, callbacks), the checks of this machine's resources, CPU
+threads and processes per GPU, the report of the final metrics, and the ``${logical_workers:...}``
+config resolver. Hydra's decorator around :func:`train` is in ``lightning_hybrid/cli/__init__.py``
+(Hydra names the job, and its log file ``cli.log``, after the module that holds it).
 """
 
 from __future__ import annotations
@@ -15,23 +19,20 @@ from __future__ import annotations
 import json
 import logging
 import os
-import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import hydra
 import pytorch_lightning as pl
 import torch
-from hydra.core.hydra_config import HydraConfig
-from hydra.types import RunMode
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from pytorch_lightning.accelerators import CPUAccelerator
 
 from lightning_hybrid.classifier import ClassifierModule
 from lightning_hybrid.callbacks import HeterogeneitySimulator
+from lightning_hybrid.cli.relaunch import child_ranks_rerun_this_job
 
 log = logging.getLogger("lightning_hybrid")
 
@@ -45,9 +46,6 @@ def _logical_workers(quota: Any) -> int:
 
 
 OmegaConf.register_new_resolver("logical_workers", _logical_workers, replace=True)
-
-# Command-line flags of Hydra itself that select which config is composed (kept for child ranks).
-_CONFIG_FLAGS = ("--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd")
 
 
 def build(cfg: DictConfig, **kwargs: Any) -> Any:
@@ -137,44 +135,6 @@ def set_cpu_threads(cfg: DictConfig, trainer: pl.Trainer) -> None:
     torch.set_num_threads(int(threads))
 
 
-def _selected_config_flags(argv: list[str]) -> list[str]:
-    """The ``--config-name``-style flags (with their values) from a command line."""
-    kept: list[str] = []
-    args = iter(argv)
-    for arg in args:
-        if arg in _CONFIG_FLAGS:
-            kept += [arg, next(args, "")]
-        elif arg.split("=", 1)[0] in _CONFIG_FLAGS:
-            kept.append(arg)
-    return kept
-
-
-@contextmanager
-def child_ranks_rerun_this_job() -> Iterator[None]:
-    """Make Lightning's subprocess launcher start the other ranks on *this* job of a sweep.
-
-    Lightning starts ranks 1..N-1 by rerunning ``sys.argv`` with ``hydra.run.dir`` set to the
-    run directory. In a multirun, ``sys.argv`` holds the whole sweep (``-m lr=0.1,0.2``) and
-    ``hydra.run.dir`` is not the job's folder, so each child would start a sweep of its own in the
-    wrong place (lightning-hydra-template issue 393). For the duration of the job, ``sys.argv`` is
-    replaced by this job's own overrides and the run directory by the job's output folder.
-    """
-    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
-        yield
-        return
-    hydra_cfg = HydraConfig.get()
-    saved_argv, saved_dir = sys.argv, hydra_cfg.run.dir
-    sys.argv = [saved_argv[0], *_selected_config_flags(saved_argv[1:]), *hydra_cfg.overrides.task]
-    with read_write(hydra_cfg.run):
-        hydra_cfg.run.dir = hydra_cfg.runtime.output_dir
-    try:
-        yield
-    finally:
-        sys.argv = saved_argv
-        with read_write(hydra_cfg.run):
-            hydra_cfg.run.dir = saved_dir
-
-
 @contextmanager
 def job_scope() -> Iterator[None]:
     """Leave no process group or launcher environment behind for the next job of a sweep."""
@@ -241,111 +201,3 @@ def report(metrics: Mapping[str, float], output_dir: Path, best_checkpoint: str)
     if best_checkpoint:
         log.info("best checkpoint: %s", best_checkpoint)
     log.info("outputs: %s", output_dir)
-
-
-@hydra.main(version_base="1.3", config_path="pkg://lightning_hybrid.configs", config_name="train")
-def _hydra_train(cfg: DictConfig) -> float | None:
-    metrics = train(cfg)
-    # A sweeper (e.g. Optuna) optimizes the returned value.
-    return metrics.get("test/acc", metrics.get("val/acc"))
-
-
-def data_command(argv: list[str]) -> None:
-    """``lightning-hybrid data synth-adni --out DIR --subjects N``: write synthetic data sets;
-    ``lightning-hybrid data pack --root MNIST_DIR --out STORE``: MNIST as a shard store;
-    ``lightning-hybrid data augment-mnist --root MNIST_DIR --out STORE --samples N``: MNIST's training
-    digits expanded with elastic and affine distortions to N samples, as a shard store (cNeural)."""
-    import argparse
-
-    from lightning_hybrid.data.synth_adni import write_synthetic_adni
-
-    parser = argparse.ArgumentParser(prog="lightning-hybrid data", description="Write data sets.")
-    commands = parser.add_subparsers(dest="command", required=True)
-    synth = commands.add_parser("synth-adni", help="synthetic ADNI-like NIfTI volumes and their CSV")
-    synth.add_argument("--out", required=True, help="folder to write images/ and adni.csv into")
-    synth.add_argument("--subjects", type=int, default=40)
-    synth.add_argument("--shape", type=int, nargs=3, default=(64, 76, 64), metavar=("D", "H", "W"))
-    synth.add_argument("--seed", type=int, default=0)
-    pack = commands.add_parser("pack", help="MNIST's IDX files as a shard store (a folder or an fsspec URL)")
-    pack.add_argument("--root", required=True, help="folder with MNIST's four .gz files")
-    pack.add_argument("--out", required=True, help="store folder or URL (s3://..., hdfs://..., memory://...)")
-    pack.add_argument("--split", choices=("train", "test"), default="train")
-    pack.add_argument("--shard-size", type=int, default=10000, help="samples per shard")
-    augment = commands.add_parser("augment-mnist", help="MNIST's training digits expanded with elastic and affine "
-                                  "distortions, as a shard store (cNeural's 0.5M-2M samples)")
-    augment.add_argument("--root", required=True, help="folder with MNIST's four .gz files")
-    augment.add_argument("--out", required=True, help="store folder or URL (s3://..., hdfs://..., memory://...)")
-    augment.add_argument("--samples", type=int, default=500_000, help="samples to write in all (default 500000)")
-    augment.add_argument("--shard-size", type=int, default=50_000, help="samples per shard (default 50000)")
-    augment.add_argument("--seed", type=int, default=0, help="seed of the order and of every distortion")
-    augment.add_argument("--include-originals", action=argparse.BooleanOptionalAction, default=True,
-                         help="write the 60,000 undistorted digits first (default: yes)")
-    for command in (pack, augment):
-        command.add_argument("--no-verify-md5", dest="verify_md5", action="store_false",
-                             help="skip the md5 check of the files (for other data sets in MNIST's format)")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-
-    def read_mnist(split: str):
-        from lightning_hybrid.data.idx import read_idx
-        from lightning_hybrid.data.mnist import MNIST_FILES, find_mnist_folder
-
-        folder = find_mnist_folder(args.root)
-        if folder is None:
-            raise SystemExit(f"{args.root} does not hold MNIST's four files ({', '.join(MNIST_FILES)})")
-        prefix = "train" if split == "train" else "t10k"
-        return tuple(read_idx(folder / n, MNIST_FILES[n] if args.verify_md5 else None)
-                     for n in (f"{prefix}-images-idx3-ubyte.gz", f"{prefix}-labels-idx1-ubyte.gz"))
-
-    if args.command == "pack":
-        from lightning_hybrid.data.shards import pack as pack_store
-
-        images, labels = read_mnist(args.split)
-        store = pack_store(images[:, None], labels.astype("int64"), args.out, args.shard_size)
-        log.info("%d samples in %d shards: %s", store.num_samples, store.num_shards, args.out)
-        return
-    if args.command == "augment-mnist":
-        import time
-
-        from lightning_hybrid.data.augment import augment_mnist
-
-        if args.samples < 1 or args.shard_size < 1:
-            raise SystemExit(f"--samples and --shard-size must be >= 1, got {args.samples} and {args.shard_size}")
-        images, labels = read_mnist("train")
-        start = time.perf_counter()
-        store = augment_mnist(images, labels, args.samples, args.out, shard_size=args.shard_size, seed=args.seed,
-                              include_originals=args.include_originals)
-        elapsed = time.perf_counter() - start
-        log.info("%d samples in %d shards in %.1f s (%.0f samples/s): %s", store.num_samples, store.num_shards,
-                 elapsed, store.num_samples / max(elapsed, 1e-9), args.out)
-        return
-    csv_path = write_synthetic_adni(args.out, subjects=args.subjects, shape=tuple(args.shape), seed=args.seed)
-    log.info("CSV: %s", csv_path)
-
-
-def explain_command(argv: list[str]) -> None:
-    from lightning_hybrid.explain import explain_command as run
-
-    run(argv)
-
-
-def plan_command(argv: list[str]) -> None:
-    from lightning_hybrid.placement.command import plan_command as run
-
-    run(argv)
-
-
-#: ``lightning-hybrid <name> ...`` runs these instead of training.
-SUBCOMMANDS = {"data": data_command, "explain": explain_command, "plan": plan_command}
-
-
-def main() -> None:
-    """Console entry point of ``lightning-hybrid``: a subcommand, or training (Hydra overrides)."""
-    if len(sys.argv) > 1 and sys.argv[1] in SUBCOMMANDS:
-        SUBCOMMANDS[sys.argv[1]](sys.argv[2:])
-        return
-    _hydra_train()
-
-
-if __name__ == "__main__":
-    main()

@@ -14,17 +14,14 @@ speeds, turned into FLOP/s with this machine's probed FLOP/s as speed 1, or ``ra
 
 from __future__ import annotations
 
-import logging
-
 import torch
 import yaml
 from hydra import compose, initialize_config_module
 
+from lightning_hybrid.cli.app import build
 from lightning_hybrid.devices import devices_from_config, devices_in_flops, probe_speed
 from lightning_hybrid.placement.cost import profile_blocks
 from lightning_hybrid.placement.plan import METHODS, compare, format_comparison
-
-log = logging.getLogger(__name__)
 
 OPTIONS = {"devices": "[1,2]", "input": "[1,28,28]", "batch": "4", "stages": "null", "methods": None, "seed": "0",
            "objective": "bottleneck", "measure_time": "false", "speeds_in": "flops"}
@@ -49,8 +46,6 @@ def plan_command(argv: list[str]) -> str:
         raise SystemExit(f"lightning-hybrid plan: speeds_in must be {' or '.join(SPEEDS_IN)}, got {parsed['speeds_in']!r}")
     with initialize_config_module(config_module="lightning_hybrid.configs", version_base="1.3"):
         cfg = compose(config_name="train", overrides=overrides)
-    from lightning_hybrid.cli import build
-
     net = build(cfg.model)
     example = torch.randn(int(parsed["batch"]), *[int(s) for s in parsed["input"]])
     blocks = profile_blocks(net, example, measure_time=bool(parsed["measure_time"]))
