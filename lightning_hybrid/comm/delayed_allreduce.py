@@ -176,3 +176,13 @@ class DelayedAllReduce:
         while self._queue:
             self._write(self._queue.popleft())
             yield
+
+    def apply_pending(self, optimizer: torch.optim.Optimizer) -> int:
+        """At a sync point: step ``optimizer`` with every pending average, oldest first, then zero the
+        gradients; return how many were applied (all ranks call this at the same point)."""
+        applied = 0
+        for _ in self.drain_into_grads():
+            optimizer.step()
+            applied += 1
+        optimizer.zero_grad()
+        return applied

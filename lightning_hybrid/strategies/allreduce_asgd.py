@@ -12,22 +12,13 @@ from typing import Any
 import pytorch_lightning as pl
 import torch
 import torch.distributed as dist
-from lightning_fabric.strategies import _StrategyRegistry
 from pytorch_lightning.trainer.states import TrainerFn
 
 from lightning_hybrid.comm.delayed_allreduce import DelayedAllReduce, validate
-from lightning_hybrid.strategies.common import (
-    ReplacedStep,
-    UnwrappedDDPStrategy,
-    refuse_grad_scaler,
-    refuse_manual_optimization,
-    refuse_mid_epoch_checkpoints,
-    single_optimizer,
-    unwrap_optimizer,
-)
+from lightning_hybrid.strategies import common
 
 
-class AllReduceASGDStrategy(UnwrappedDDPStrategy):
+class AllReduceASGDStrategy(common.UnwrappedDDPStrategy):
     """Data parallelism whose gradient all-reduce runs in the background and is applied ``delay`` steps later.
 
     Each optimizer step computes this rank's gradients, starts their bucketed all-reduce with
@@ -69,6 +60,10 @@ class AllReduceASGDStrategy(UnwrappedDDPStrategy):
     """
 
     strategy_name = "allreduce_asgd"
+    aliases = {
+        "allreduce_asgd": ("All-reduce data parallelism with gradients applied one step late", {}),
+        "allreduce_asgd_dc": ("Delayed all-reduce with DC-ASGD compensation", {"compensation": "dc"}),
+    }
 
     def __init__(
         self,
@@ -77,18 +72,9 @@ class AllReduceASGDStrategy(UnwrappedDDPStrategy):
         dc_lambda: float = 0.04,
         bucket_size_mb: float = 25.0,
         warmup_steps: int = 0,
-        accelerator: Any = None,
-        parallel_devices: list[torch.device] | None = None,
-        cluster_environment: Any = None,
-        checkpoint_io: Any = None,
-        precision_plugin: Any = None,
-        process_group_backend: str | None = None,
-        processes_per_device: int = 1,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(
-            accelerator, parallel_devices, cluster_environment, checkpoint_io, precision_plugin, process_group_backend,
-            processes_per_device,
-        )
+        super().__init__(**kwargs)
         validate(delay, compensation, dc_lambda, bucket_size_mb)
         if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
             raise ValueError(f"warmup_steps must be a non-negative integer, got {warmup_steps!r}")
@@ -109,9 +95,9 @@ class AllReduceASGDStrategy(UnwrappedDDPStrategy):
     # ------------------------------------------------------------------ checks
     def check_trainer(self, trainer: pl.Trainer, model: pl.LightningModule | None) -> None:
         """Refuse what the strategy cannot run (called before the other processes start)."""
-        refuse_manual_optimization("AllReduceASGDStrategy", model, "it replaces the optimizer step")
-        refuse_mid_epoch_checkpoints("AllReduceASGDStrategy", trainer)
-        refuse_grad_scaler("AllReduceASGDStrategy", self.precision_plugin)
+        common.refuse_manual_optimization("AllReduceASGDStrategy", model, "it replaces the optimizer step")
+        common.refuse_mid_epoch_checkpoints("AllReduceASGDStrategy", trainer)
+        common.refuse_grad_scaler("AllReduceASGDStrategy", self.precision_plugin)
 
     def on_sync_start(self, trainer: pl.Trainer) -> None:
         """Refuse a delay that an epoch cannot fill (its length is known only now)."""
@@ -134,7 +120,7 @@ class AllReduceASGDStrategy(UnwrappedDDPStrategy):
         if trainer.state.fn != TrainerFn.FITTING:
             return
         self.check_trainer(trainer, self.lightning_module)
-        optimizer = single_optimizer("AllReduceASGDStrategy", self.optimizers)
+        optimizer = common.single_optimizer("AllReduceASGDStrategy", self.optimizers)
         if self._group is None:
             self._group = dist.new_group(backend=self._get_process_group_backend())
         params = [p for group in optimizer.param_groups for p in group["params"]]
@@ -157,7 +143,7 @@ class AllReduceASGDStrategy(UnwrappedDDPStrategy):
             self._compute_s = time.perf_counter() - start
             return result
 
-        step = ReplacedStep(unwrap_optimizer(optimizer), self._exchange_and_step)
+        step = common.ReplacedStep(common.unwrap_optimizer(optimizer), self._exchange_and_step)
         return self.precision_plugin.optimizer_step(step, model=model, closure=timed_closure, **kwargs)
 
     def _exchange_and_step(self, optimizer: torch.optim.Optimizer) -> None:
@@ -181,11 +167,7 @@ class AllReduceASGDStrategy(UnwrappedDDPStrategy):
         """Apply every pending average, oldest first (all ranks call this at the same point)."""
         if self.exchange is None:
             return
-        optimizer = self.optimizers[0]
-        for _ in self.exchange.drain_into_grads():
-            optimizer.step()
-            self.applied += 1
-        optimizer.zero_grad()
+        self.applied += self.exchange.apply_pending(self.optimizers[0])
 
     def on_sync_end(self) -> None:
         self.sync_point()
@@ -195,12 +177,3 @@ class AllReduceASGDStrategy(UnwrappedDDPStrategy):
             self.exchange.close()
             self.exchange = None
         super().teardown()
-
-    @classmethod
-    def register_strategies(cls, strategy_registry: _StrategyRegistry) -> None:
-        strategy_registry.register(
-            "allreduce_asgd", cls, description="All-reduce data parallelism with gradients applied one step late"
-        )
-        strategy_registry.register(
-            "allreduce_asgd_dc", cls, description="Delayed all-reduce with DC-ASGD compensation", compensation="dc"
-        )

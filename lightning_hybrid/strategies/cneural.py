@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from lightning_fabric.strategies import _StrategyRegistry
 
 from lightning_hybrid.strategies.parameter_server import ParameterServerStrategy
 
@@ -44,6 +43,7 @@ class CNeuralStrategy(ParameterServerStrategy):
     """
 
     strategy_name = "cneural"
+    aliases = {"cneural": ("Batch-mode master-worker training, one update per pass (Gu et al. 2013)", {})}
     metrics_prefix = "cneural"
     logged_stats = ("iterations", "samples", "wait_s", "train_s", "samples_per_s")
     min_workers = 1
@@ -53,18 +53,9 @@ class CNeuralStrategy(ParameterServerStrategy):
     def __init__(
         self,
         timeout: float = 300.0,
-        accelerator: Any = None,
-        parallel_devices: list[torch.device] | None = None,
-        cluster_environment: Any = None,
-        checkpoint_io: Any = None,
-        precision_plugin: Any = None,
-        process_group_backend: str | None = None,
-        processes_per_device: int = 1,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(
-            timeout, accelerator, parallel_devices, cluster_environment, checkpoint_io, precision_plugin,
-            process_group_backend, processes_per_device,
-        )
+        super().__init__(timeout, **kwargs)
         self.staleness, self.sync = 0.0, "delay"  # the server collects one push per worker per pass
         # This pass's gradient sum (each mini-batch's gradient times its sample count).
         self._pass_grad: torch.Tensor | None = None
@@ -91,9 +82,3 @@ class CNeuralStrategy(ParameterServerStrategy):
         self._timed(lambda: self.client.push(flat, lrs, self._flat, weight=self._pass_samples))
         self._pass_grad, self._pass_samples, self._step_samples = None, 0, 0
         self._load_flat()
-
-    @classmethod
-    def register_strategies(cls, strategy_registry: _StrategyRegistry) -> None:
-        strategy_registry.register(
-            "cneural", cls, description="Batch-mode master-worker training, one update per pass (Gu et al. 2013)"
-        )

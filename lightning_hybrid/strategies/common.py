@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import pytorch_lightning as pl
 import torch
@@ -120,8 +120,12 @@ class UnwrappedDDPStrategy(DDPStrategy):
     :class:`SyncPoints` hooks, and call :meth:`attach_sync_points` when fitting is set up.
     """
 
+    #: Lightning registry names of the strategy: name -> (description, constructor arguments).
+    aliases: ClassVar[dict[str, tuple[str, dict[str, Any]]]] = {}
+
     def __init__(
         self,
+        *,
         accelerator: Any = None,
         parallel_devices: list[torch.device] | None = None,
         cluster_environment: Any = None,
@@ -168,6 +172,12 @@ class UnwrappedDDPStrategy(DDPStrategy):
     def check_devices(self) -> None:
         """Refuse a backend that cannot serve the processes' devices (called before processes start)."""
         workers_backend(self.parallel_devices or [], self._process_group_backend)
+
+    @classmethod
+    def register_strategies(cls, strategy_registry: Any) -> None:
+        """Register :attr:`aliases` with Lightning's ``StrategyRegistry``."""
+        for name, (description, init_params) in cls.aliases.items():
+            strategy_registry.register(name, cls, description=description, **init_params)
 
     def check_trainer(self, trainer: pl.Trainer, model: pl.LightningModule | None) -> None:
         """Raise a ValueError for a run this strategy cannot do."""

@@ -14,7 +14,6 @@ from typing import Any
 import pytorch_lightning as pl
 import torch
 import torch.distributed as dist
-from lightning_fabric.strategies import _StrategyRegistry
 from pytorch_lightning.trainer.states import TrainerFn
 
 from lightning_hybrid.comm.collectives import (
@@ -26,20 +25,11 @@ from lightning_hybrid.pipeline import Mesh, PipelineParallel, StageModule, pipel
 from lightning_hybrid.pipeline.schedules import SCHEDULES
 from lightning_hybrid.placement import METHODS, Placement, plan, profile_blocks
 from lightning_hybrid.placement.problem import Problem
-from lightning_hybrid.strategies.common import (
-    ReplacedStep,
-    RoutedEvaluation,
-    UnwrappedDDPStrategy,
-    refuse_grad_scaler,
-    refuse_manual_optimization,
-    refuse_mid_epoch_checkpoints,
-    single_optimizer,
-    unwrap_optimizer,
-)
+from lightning_hybrid.strategies import common
 
 log = logging.getLogger(__name__)
 
-class HybridParallelStrategy(RoutedEvaluation, UnwrappedDDPStrategy):
+class HybridParallelStrategy(common.RoutedEvaluation, common.UnwrappedDDPStrategy):
     """Pipeline parallelism x data parallelism, with the stages placed on devices by GABRA (or another method).
 
     The LightningModule's block sequence (``pipeline_blocks()``, see
@@ -98,6 +88,7 @@ class HybridParallelStrategy(RoutedEvaluation, UnwrappedDDPStrategy):
     """
 
     strategy_name = "hybrid"
+    aliases = {"hybrid": ("GABRA-placed pipeline stages x data-parallel replicas (paper 003)", {})}
 
     def __init__(
         self,
@@ -113,18 +104,9 @@ class HybridParallelStrategy(RoutedEvaluation, UnwrappedDDPStrategy):
         gradient_sync: str = "sync",
         delay: int = 1,
         input_shape: Sequence[int] | None = None,
-        accelerator: Any = None,
-        parallel_devices: list[torch.device] | None = None,
-        cluster_environment: Any = None,
-        checkpoint_io: Any = None,
-        precision_plugin: Any = None,
-        process_group_backend: str | None = None,
-        processes_per_device: int = 1,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(
-            accelerator, parallel_devices, cluster_environment, checkpoint_io, precision_plugin, process_group_backend,
-            processes_per_device,
-        )
+        super().__init__(**kwargs)
         for name, value in (("pipeline_stages", pipeline_stages), ("data_parallel", data_parallel),
                             ("micro_batches", micro_batches)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -184,9 +166,9 @@ class HybridParallelStrategy(RoutedEvaluation, UnwrappedDDPStrategy):
     def check_trainer(self, trainer: pl.Trainer, model: pl.LightningModule | None) -> None:
         """Refuse what the strategy cannot run."""
         Mesh.check(self.pipeline_stages, self.data_parallel, self.num_processes * self.num_nodes)
-        refuse_manual_optimization("HybridParallelStrategy", model, "the pipeline schedule runs backward")
-        refuse_mid_epoch_checkpoints("HybridParallelStrategy", trainer)
-        refuse_grad_scaler("HybridParallelStrategy", self.precision_plugin)
+        common.refuse_manual_optimization("HybridParallelStrategy", model, "the pipeline schedule runs backward")
+        common.refuse_mid_epoch_checkpoints("HybridParallelStrategy", trainer)
+        common.refuse_grad_scaler("HybridParallelStrategy", self.precision_plugin)
         if model is None:
             return
         blocks = pipeline_blocks(model)
@@ -230,7 +212,7 @@ class HybridParallelStrategy(RoutedEvaluation, UnwrappedDDPStrategy):
             layout = Mesh(self.pipeline_stages, self.data_parallel)
             self._pp_group, self._dp_group = layout.groups(self.global_rank, self._get_process_group_backend())
         if trainer.state.fn == TrainerFn.FITTING:
-            single_optimizer("HybridParallelStrategy", self.optimizers)
+            common.single_optimizer("HybridParallelStrategy", self.optimizers)
             self._accumulate = max(trainer.accumulate_grad_batches, 1)
             self.attach_sync_points(trainer)
         self._wrap_gradient_clipping()
@@ -355,7 +337,7 @@ class HybridParallelStrategy(RoutedEvaluation, UnwrappedDDPStrategy):
             delay = self.delay if self.gradient_sync == "delayed" else 0
             self.exchange = DelayedAllReduce(list(self.pipeline.stage_module.parameters()), delay, group=self._dp_group)
         if self.gradient_sync == "delayed":  # clip the replica's own gradient, apply the average later
-            step = ReplacedStep(unwrap_optimizer(optimizer), self._exchange_and_step)
+            step = common.ReplacedStep(common.unwrap_optimizer(optimizer), self._exchange_and_step)
             return self.precision_plugin.optimizer_step(step, model=model, closure=closure, **kwargs)
 
         def averaged_closure() -> Any:  # average before Lightning clips the gradients
@@ -374,10 +356,7 @@ class HybridParallelStrategy(RoutedEvaluation, UnwrappedDDPStrategy):
     def sync_point(self) -> None:
         if self.exchange is None:
             return
-        optimizer = self.optimizers[0]
-        for _ in self.exchange.drain_into_grads():
-            optimizer.step()
-        optimizer.zero_grad()
+        self.exchange.apply_pending(self.optimizers[0])
 
     def on_sync_end(self) -> None:
         self.sync_point()
@@ -427,10 +406,3 @@ class HybridParallelStrategy(RoutedEvaluation, UnwrappedDDPStrategy):
             self.exchange.close()
             self.exchange = None
         super().teardown()
-
-    @classmethod
-    def register_strategies(cls, strategy_registry: _StrategyRegistry) -> None:
-        strategy_registry.register(
-            "hybrid", cls, description="GABRA-placed pipeline stages x data-parallel replicas (paper 003)"
-        )
-

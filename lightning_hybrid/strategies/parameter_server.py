@@ -33,15 +33,7 @@ from lightning_hybrid.parameter_server.channel import open_channel
 from lightning_hybrid.parameter_server.client import ParameterServerClient
 from lightning_hybrid.parameter_server.protocol import ServerSettings
 from lightning_hybrid.parameter_server.server import start_server
-from lightning_hybrid.strategies.common import (
-    ReplacedStep,
-    UnwrappedDDPStrategy,
-    refuse_grad_scaler,
-    refuse_manual_optimization,
-    refuse_mid_epoch_checkpoints,
-    single_optimizer,
-    unwrap_optimizer,
-)
+from lightning_hybrid.strategies import common
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +54,7 @@ class WorkerEpochStats:
     samples_per_s: float = 0.0
 
 
-class ParameterServerStrategy(UnwrappedDDPStrategy):
+class ParameterServerStrategy(common.UnwrappedDDPStrategy):
     """Workers that train against a parameter-server process (see the module docstring).
 
     Subclasses set :attr:`staleness` and :attr:`sync` (the server's rule) and implement
@@ -87,18 +79,9 @@ class ParameterServerStrategy(UnwrappedDDPStrategy):
     def __init__(
         self,
         timeout: float = 300.0,
-        accelerator: Any = None,
-        parallel_devices: list[torch.device] | None = None,
-        cluster_environment: Any = None,
-        checkpoint_io: Any = None,
-        precision_plugin: Any = None,
-        process_group_backend: str | None = None,
-        processes_per_device: int = 1,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(
-            accelerator, parallel_devices, cluster_environment, checkpoint_io, precision_plugin, process_group_backend,
-            processes_per_device,
-        )
+        super().__init__(**kwargs)
         if not timeout > 0:
             raise ValueError(f"timeout must be a positive number of seconds, got {timeout}")
         self.timeout = float(timeout)
@@ -128,7 +111,7 @@ class ParameterServerStrategy(UnwrappedDDPStrategy):
                 f"{name} needs at least {'two workers' if self.min_workers == 2 else f'{self.min_workers} worker'}, got "
                 f"{self.num_workers}; set devices={max(self.min_workers, 2)} or more (CPU: each device is one worker process)."
             )
-        refuse_manual_optimization(name, model, "the server runs the optimizer step")
+        common.refuse_manual_optimization(name, model, "the server runs the optimizer step")
         if trainer.max_steps != -1:
             raise ValueError(
                 f"{name} does not support max_steps={trainer.max_steps}: workers run different numbers of "
@@ -139,8 +122,8 @@ class ParameterServerStrategy(UnwrappedDDPStrategy):
                 f"{name} validates at the end of each epoch only (a global sync point); got "
                 f"val_check_interval={trainer.val_check_interval}. Use check_val_every_n_epoch instead."
             )
-        refuse_mid_epoch_checkpoints(name, trainer)
-        refuse_grad_scaler(name, self.precision_plugin)
+        common.refuse_mid_epoch_checkpoints(name, trainer)
+        common.refuse_grad_scaler(name, self.precision_plugin)
 
     # ------------------------------------------------------------------ setup
     def setup(self, trainer: pl.Trainer) -> None:
@@ -148,7 +131,7 @@ class ParameterServerStrategy(UnwrappedDDPStrategy):
         if trainer.state.fn != TrainerFn.FITTING:
             return
         self.check_trainer(trainer, self.lightning_module)
-        optimizer = single_optimizer(type(self).__name__, self.optimizers)
+        optimizer = common.single_optimizer(type(self).__name__, self.optimizers)
         self._params = [p for group in optimizer.param_groups for p in group["params"]]
         self._flat = torch.empty(sum(p.numel() for p in self._params), dtype=torch.float32)
         self._open_server_channel()
@@ -192,7 +175,7 @@ class ParameterServerStrategy(UnwrappedDDPStrategy):
     def optimizer_step(self, optimizer: Any, closure: Callable[[], Any], model: Any = None, **kwargs: Any) -> Any:
         if self.client is None:
             return super().optimizer_step(optimizer, closure, model, **kwargs)
-        step = ReplacedStep(unwrap_optimizer(optimizer), self._replaced_step)
+        step = common.ReplacedStep(common.unwrap_optimizer(optimizer), self._replaced_step)
         return self.precision_plugin.optimizer_step(step, model=model or self.lightning_module, closure=closure, **kwargs)
 
     @abstractmethod

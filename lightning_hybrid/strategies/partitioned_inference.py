@@ -15,7 +15,6 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
-from lightning_fabric.strategies import _StrategyRegistry
 from pytorch_lightning.trainer.states import TrainerFn
 from pytorch_lightning.utilities.rank_zero import rank_zero_info
 
@@ -88,6 +87,9 @@ class PartitionedInferenceStrategy(RoutedEvaluation, UnwrappedDDPStrategy):
     """
 
     strategy_name = "partitioned_inference"
+    aliases = {
+        "partitioned_inference": ("MoDNN partitioned inference: BODP convolutions, MSCC+FGCP FC layers", {}),
+    }
 
     def __init__(
         self,
@@ -95,18 +97,9 @@ class PartitionedInferenceStrategy(RoutedEvaluation, UnwrappedDDPStrategy):
         conv_partition: str = "bodp",
         fc_partition: str = "mscc_fgcp",
         min_sparsity: float = 0.5,
-        accelerator: Any = None,
-        parallel_devices: list[torch.device] | None = None,
-        cluster_environment: Any = None,
-        checkpoint_io: Any = None,
-        precision_plugin: Any = None,
-        process_group_backend: str | None = None,
-        processes_per_device: int = 1,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(
-            accelerator, parallel_devices, cluster_environment, checkpoint_io, precision_plugin, process_group_backend,
-            processes_per_device,
-        )
+        super().__init__(**kwargs)
         if conv_partition not in CONV_PARTITIONS:
             raise ValueError(f"unknown conv_partition {conv_partition!r}; choose one of {CONV_PARTITIONS}")
         if fc_partition not in FC_PARTITIONS:
@@ -241,12 +234,6 @@ class PartitionedInferenceStrategy(RoutedEvaluation, UnwrappedDDPStrategy):
     def teardown(self) -> None:
         self._executors.clear()
         super().teardown()
-
-    @classmethod
-    def register_strategies(cls, strategy_registry: _StrategyRegistry) -> None:
-        strategy_registry.register(
-            "partitioned_inference", cls, description="MoDNN partitioned inference: BODP convolutions, MSCC+FGCP FC layers"
-        )
 
 
 def format_traffic(rows: Sequence[LayerTraffic], title: str = "") -> str:

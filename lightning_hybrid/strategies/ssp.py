@@ -18,7 +18,6 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
-from lightning_fabric.strategies import _StrategyRegistry
 from pytorch_lightning.trainer.states import RunningStage
 from pytorch_lightning.utilities.data import _update_dataloader
 from torch.utils.data import DataLoader, Sampler
@@ -68,12 +67,8 @@ class SSPStrategy(ParameterServerStrategy):
             finishes its iteration, all workers get the same parameters, and counting restarts.
             ``"bounded"`` (Ho et al. 2013, SSP): a worker may start its next iteration while it is at
             most ``staleness`` ahead of the slowest; no reset.
-        timeout: seconds a worker or the server waits for the other side before failing with an
-            error (a dead or stalled worker ends the run instead of hanging it).
-        process_group_backend: backend of the workers' own group (``None``: nccl with one worker per
-            GPU, otherwise gloo); the server channel is always gloo with CPU tensors.
-        processes_per_device: processes started on each device the Trainer gives (``devices=1,
-            processes_per_device=2``: two processes on one GPU, whose group then uses gloo).
+        timeout, process_group_backend, processes_per_device: see
+            :class:`~lightning_hybrid.strategies.parameter_server.ParameterServerStrategy`.
         batch_mode: deprecated; ``SSPStrategy(batch_mode=True)`` returns a
             :class:`~lightning_hybrid.strategies.cneural.CNeuralStrategy` (``strategy="cneural"``).
 
@@ -101,6 +96,11 @@ class SSPStrategy(ParameterServerStrategy):
     """
 
     strategy_name = "ssp"
+    aliases = {
+        "ssp": ("Delay-synchronous data parallelism with a parameter server (staleness 3)", {}),
+        "ssp_bounded": ("Stale-synchronous parallel (Ho et al. 2013), staleness 3", {"sync": "bounded"}),
+        "ssp_async": ("Fully asynchronous parameter server", {"staleness": math.inf}),
+    }
     metrics_prefix = "ssp"
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
@@ -113,26 +113,18 @@ class SSPStrategy(ParameterServerStrategy):
             "SSPStrategy(batch_mode=True) is deprecated and will be removed in the next release; use "
             "CNeuralStrategy() (strategy='cneural')", DeprecationWarning, stacklevel=2,
         )
-        return CNeuralStrategy(**{k: v for k, v in bound.items() if k not in ("self", "staleness", "sync", "batch_mode")})
+        rest = {k: v for k, v in bound.items() if k not in ("self", "staleness", "sync", "batch_mode", "kwargs")}
+        return CNeuralStrategy(**rest, **bound.get("kwargs", {}))
 
     def __init__(
         self,
         staleness: float | int = 3,
         sync: str = "delay",
         timeout: float = 300.0,
-        accelerator: Any = None,
-        parallel_devices: list[torch.device] | None = None,
-        cluster_environment: Any = None,
-        checkpoint_io: Any = None,
-        precision_plugin: Any = None,
-        process_group_backend: str | None = None,
-        processes_per_device: int = 1,
         batch_mode: bool = False,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(
-            timeout, accelerator, parallel_devices, cluster_environment, checkpoint_io, precision_plugin,
-            process_group_backend, processes_per_device,
-        )
+        super().__init__(timeout, **kwargs)
         self.staleness = validate_staleness(staleness, sync)
         self.sync = sync
         self.dataset_shape: DatasetShape | None = None
@@ -218,13 +210,3 @@ class SSPStrategy(ParameterServerStrategy):
         if self._own_callback is not None and self.lightning_module is not None and self.lightning_module._trainer:
             self.lightning_module.trainer.limit_train_batches = self._limit_train_batches
         super().teardown()
-
-    @classmethod
-    def register_strategies(cls, strategy_registry: _StrategyRegistry) -> None:
-        strategy_registry.register(
-            "ssp", cls, description="Delay-synchronous data parallelism with a parameter server (staleness 3)"
-        )
-        strategy_registry.register(
-            "ssp_bounded", cls, description="Stale-synchronous parallel (Ho et al. 2013), staleness 3", sync="bounded"
-        )
-        strategy_registry.register("ssp_async", cls, description="Fully asynchronous parameter server", staleness=math.inf)

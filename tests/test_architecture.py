@@ -1,0 +1,94 @@
+"""The package's layout rules (ARCHITECTURE.md): one concept per module, imports in one direction.
+
+Parts are the package's top-level modules and subpackages. Lightning glue (the strategies, the CLI,
+the callbacks, the classifier, the datamodules, explain) may import the algorithms; the algorithms
+(plain torch) import neither the glue nor Lightning; no two parts import each other, directly or
+through others, lazy imports inside functions included.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "lightning_hybrid"
+ALGORITHMS = {"comm", "devices", "models", "parameter_server", "partition", "pipeline", "placement", "sim"}
+GLUE = {"callbacks", "classifier", "cli", "data", "explain", "strategies"}
+LIGHTNING = ("pytorch_lightning", "lightning_fabric", "lightning")
+MODULES = sorted(p for p in PACKAGE.rglob("*.py"))
+
+
+def part_of(path: Path) -> str:
+    relative = path.relative_to(PACKAGE)
+    return relative.parts[0].removesuffix(".py") if len(relative.parts) > 1 or relative.name != "__init__.py" else "__init__"
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every module ``path`` imports, at the top or inside functions, as absolute names."""
+    names = set()
+    package = ".".join(("lightning_hybrid", *path.relative_to(PACKAGE).parent.parts))
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                names.add(f"{base}.{node.module}" if node.module else base)
+            elif node.module:
+                names.add(node.module)
+                names |= {f"{node.module}.{alias.name}" for alias in node.names}
+    return names
+
+
+def part_graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    known = {part_of(p) for p in MODULES}
+    for path in MODULES:
+        source = part_of(path)
+        for name in imported_modules(path):
+            pieces = name.split(".")
+            if pieces[0] == "lightning_hybrid" and len(pieces) > 1 and pieces[1] in known and pieces[1] != source:
+                graph.setdefault(source, set()).add(pieces[1])
+    return graph
+
+
+def test_the_parts_are_the_ones_the_layers_name():
+    parts = {part_of(p) for p in MODULES} - {"__init__"}
+    assert parts == ALGORITHMS | GLUE, parts ^ (ALGORITHMS | GLUE)
+
+
+def test_no_import_cycle_between_parts():
+    graph = part_graph()
+    for start in graph:
+        stack, seen = [(start, [start])], set()
+        while stack:
+            node, route = stack.pop()
+            for nxt in graph.get(node, ()):
+                if nxt == start:
+                    pytest.fail("import cycle between parts: " + " -> ".join(route + [nxt]))
+                if nxt not in seen:
+                    seen.add(nxt)
+                    stack.append((nxt, route + [nxt]))
+
+
+@pytest.mark.parametrize("path", [p for p in MODULES if part_of(p) in ALGORITHMS], ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_algorithms_import_neither_lightning_nor_the_glue(path):
+    for name in imported_modules(path):
+        pieces = name.split(".")
+        assert pieces[0] not in LIGHTNING, f"{name}: an algorithm module imports Lightning"
+        assert not (pieces[0] == "lightning_hybrid" and len(pieces) > 1 and pieces[1] in GLUE), f"imports glue: {name}"
+
+
+def test_nothing_outside_the_cli_imports_it():
+    for path in MODULES:
+        if part_of(path) != "cli":
+            assert not any(n.startswith("lightning_hybrid.cli") for n in imported_modules(path)), path
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_each_module_is_short_and_says_what_it_holds(path):
+    text = path.read_text()
+    assert len(text.splitlines()) <= 600, f"{len(text.splitlines())} lines: split it by concept"
+    assert ast.get_docstring(ast.parse(text)), "no opening docstring saying what the module holds"
