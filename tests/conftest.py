@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from lightning_hybrid.data.idx import write_idx
+from threads import threads_per_process
 
 REPO = Path(__file__).resolve().parents[1]
 REAL_MNIST = REPO.parent / "shared" / "data" / "mnist"
@@ -48,6 +49,8 @@ def tiny_mnist(tmp_path: Path) -> Path:
 
 
 TRAIN_SCRIPT = Path(__file__).with_name("train_script.py")
+#: The reference setting the equivalence tests share (2 processes of batch 16, 3 epochs, SGD with momentum).
+REFERENCE = ("--devices", "2", "--batch-size", "16", "--epochs", "3", "--lr", "0.05", "--momentum", "0.9")
 
 
 def run_train_script(out: Path, *args: str, timeout: float = 240, check: bool = True) -> subprocess.CompletedProcess:
@@ -62,14 +65,38 @@ def run_train_script(out: Path, *args: str, timeout: float = 240, check: bool = 
     return proc
 
 
+def shared_train_script(tmp_path_factory: pytest.TempPathFactory, *args: str) -> Path:
+    """The output folder of ``train_script.py *args``, run once per test session for all the tests
+    (and pytest-xdist workers) that compare against the same reference run."""
+    from filelock import FileLock
+
+    base = tmp_path_factory.getbasetemp()
+    shared = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "shared_runs"
+    shared.mkdir(parents=True, exist_ok=True)
+    out = shared / hashlib.md5(" ".join(args).encode()).hexdigest()
+    with FileLock(str(out) + ".lock"):
+        if not (out / "done").exists():
+            run_train_script(out, *args)
+            (out / "done").touch()
+    return out
+
+
 def run_cli(*overrides: str, cwd: Path, timeout: float = 240, check: bool = True) -> subprocess.CompletedProcess:
     """Run ``python -m lightning_hybrid.cli`` with overrides in ``cwd``; fail the test on timeout."""
     env = {**os.environ, "HYDRA_FULL_ERROR": "0", "PYTHONWARNINGS": "ignore"}
     env.pop("LOCAL_RANK", None)
     proc = subprocess.run(
-        [sys.executable, "-m", "lightning_hybrid.cli", *overrides, "trainer.enable_progress_bar=false"],
+        [sys.executable, "-m", "lightning_hybrid.cli", *overrides, "trainer.enable_progress_bar=false",
+         f"cpu_threads_per_process={threads_per_process(2)}"],
         cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout,
     )
     if check and proc.returncode != 0:
         pytest.fail(f"lightning-hybrid {' '.join(overrides)} exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
     return proc
+
+
+def pytest_xdist_auto_num_workers(config) -> int:
+    """``-n auto``: two test processes on a 2-core machine (the multi-process tests idle while their
+    processes start and wait for each other), at most four on a large one (each test starts up to four
+    processes of its own, with one torch thread per core they get)."""
+    return max(2, min(4, (os.cpu_count() or 1) // 4))

@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, TensorDataset
 
+from threads import threads_per_process
 from lightning_hybrid import ClassifierModule, HybridParallelStrategy
 from lightning_hybrid.models import LeNet5, ResAttNet3D
 from lightning_hybrid.callbacks import HeterogeneitySimulator
@@ -74,6 +75,7 @@ def main() -> None:
     parser.add_argument("--precision", default="32-true")
     parser.add_argument("--processes-per-device", type=int, default=1)
     args = parser.parse_args()
+    torch.set_num_threads(threads_per_process(args.stages * args.dp))
     args.out.mkdir(parents=True, exist_ok=True)
     placement = args.placement if not args.placement[0].isdigit() else [int(s) for s in args.placement.split(",")]
     strategy = HybridParallelStrategy(

@@ -14,6 +14,7 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
+from threads import threads_per_process
 from lightning_hybrid import ClassifierModule, PartitionedInferenceStrategy
 from lightning_hybrid.models import VGG16, LeNet5, ResAttNet3D
 
@@ -52,6 +53,7 @@ def main() -> None:
     parser.add_argument("--processes-per-device", type=int, default=1)
     args = parser.parse_args()
     abilities = [float(a) for a in args.abilities.split(",")]
+    torch.set_num_threads(threads_per_process(len(abilities)))
     strategy = PartitionedInferenceStrategy(abilities=abilities, conv_partition=args.conv, fc_partition=args.fc,
                                             processes_per_device=args.processes_per_device)
     devices = len(abilities) // args.processes_per_device

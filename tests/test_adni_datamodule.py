@@ -125,7 +125,7 @@ def test_training_beats_chance_on_held_out_subjects(tmp_path):
     csv_path = write_synthetic_adni(tmp_path, subjects=64, shape=(40, 44, 40), seed=7, diagnoses=("AD", "NC"))
     pl.seed_everything(0)
     dm = ADNIDataModule(csv_path, image_shape=(32, 32, 32), batch_size=8, val_fraction=0.15, test_fraction=0.2,
-                        augment=True, cache="memory")
+                        augment=True, cache="memory", num_workers=0)
     module = ClassifierModule(ResAttNet3D(depth=18, base_channels=8), optimizer=partial(torch.optim.Adam, lr=3e-4))
     trainer = pl.Trainer(accelerator="cpu", max_epochs=15, logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False)

@@ -74,7 +74,7 @@ def test_slowdown_stretches_the_step_time_by_its_factor(tmp_path):
     timer, sim = EpochTimer(), HeterogeneitySimulator(slowdown=[3.0])
     trainer = pl.Trainer(
         accelerator="cpu", devices=1, max_epochs=1, limit_train_batches=20, limit_val_batches=0, logger=False,
-        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False, callbacks=[timer, sim],
+        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False, callbacks=[sim, timer],
         default_root_dir=tmp_path,
     )
     dm = SyntheticMNISTDataModule(num_train=20 * 128, num_val=8, num_test=8, batch_size=128)

@@ -10,7 +10,7 @@ import pytest
 import pytorch_lightning as pl
 import torch
 
-from conftest import run_train_script
+from conftest import REFERENCE, run_train_script, shared_train_script
 from lightning_hybrid import ClassifierModule, SSPStrategy
 from lightning_hybrid.data import SyntheticMNISTDataModule
 from lightning_hybrid.models import MLP
@@ -22,11 +22,10 @@ def load(path):
     return torch.load(path, weights_only=False)
 
 
-def test_staleness_zero_equals_ddp(tmp_path):
-    common = ["--devices", "2", "--batch-size", "16", "--epochs", "3"]
-    run_train_script(tmp_path / "ddp", "--strategy", "ddp", *common)
-    run_train_script(tmp_path / "ssp", "--strategy", "ssp", "--staleness", "0", *common)
-    ddp, ssp0, ssp1 = load(tmp_path / "ddp" / "rank0.pt"), load(tmp_path / "ssp" / "rank0.pt"), load(tmp_path / "ssp" / "rank1.pt")
+def test_staleness_zero_equals_ddp(tmp_path_factory):
+    ddp_run = shared_train_script(tmp_path_factory, "--strategy", "ddp", *REFERENCE)
+    ssp_run = shared_train_script(tmp_path_factory, "--strategy", "ssp", "--staleness", "0", *REFERENCE)
+    ddp, ssp0, ssp1 = load(ddp_run / "rank0.pt"), load(ssp_run / "rank0.pt"), load(ssp_run / "rank1.pt")
     for name in ddp:
         torch.testing.assert_close(ssp0[name], ssp1[name], rtol=0, atol=0, msg=f"SSP workers disagree on {name}")
         torch.testing.assert_close(ssp0[name], ddp[name], rtol=1e-5, atol=1e-6, msg=f"SSP(0) != DDP on {name}")
@@ -67,18 +66,18 @@ def test_lightning_features_work_under_ssp(tmp_path):
     assert summary["val_acc"] > 0.5
 
 
-def test_checkpoint_resume_continues_the_run(tmp_path):
+def test_checkpoint_resume_continues_the_run(tmp_path, tmp_path_factory):
     """Staleness 0 is deterministic: 2 epochs + resume for a 3rd equals 3 straight epochs, which needs
     the server's momentum buffers to be in the checkpoint and back on the server after resuming."""
-    common = ["--strategy", "ssp", "--staleness", "0", "--momentum", "0.9", "--lr", "0.05"]
+    ssp0 = ["--strategy", "ssp", "--staleness", "0"]
     ckpts = tmp_path / "ckpts"
-    run_train_script(tmp_path / "first", *common, "--epochs", "2", "--checkpoint-dir", str(ckpts))
+    run_train_script(tmp_path / "first", *ssp0, *REFERENCE, "--epochs", "2", "--checkpoint-dir", str(ckpts))
     checkpoint = torch.load(ckpts / "epoch=1.ckpt", weights_only=True)
     state = checkpoint["optimizer_states"][0]["state"]
     assert state and all(s["momentum_buffer"].abs().sum() > 0 for s in state.values())
-    run_train_script(tmp_path / "resumed", *common, "--epochs", "3", "--resume", str(ckpts / "epoch=1.ckpt"))
-    run_train_script(tmp_path / "straight", *common, "--epochs", "3")
-    resumed, straight = load(tmp_path / "resumed" / "rank0.pt"), load(tmp_path / "straight" / "rank0.pt")
+    run_train_script(tmp_path / "resumed", *ssp0, *REFERENCE, "--resume", str(ckpts / "epoch=1.ckpt"))
+    straight_run = shared_train_script(tmp_path_factory, *ssp0, *REFERENCE)  # 3 epochs
+    resumed, straight = load(tmp_path / "resumed" / "rank0.pt"), load(straight_run / "rank0.pt")
     for name in straight:
         torch.testing.assert_close(resumed[name], straight[name], rtol=1e-5, atol=1e-6, msg=name)
 

@@ -22,6 +22,7 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
+from threads import threads_per_process
 from lightning_hybrid import AllReduceASGDStrategy, ClassifierModule, CNeuralStrategy, SSPStrategy
 from lightning_hybrid.strategies import ParameterServerStrategy
 from lightning_hybrid.callbacks import EpochTimer
@@ -125,6 +126,7 @@ def main() -> None:
     parser.add_argument("--accelerator", default="cpu")
     parser.add_argument("--processes-per-device", type=int, default=1, help="our strategies: processes on each device")
     args = parser.parse_args()
+    torch.set_num_threads(threads_per_process(args.devices * args.processes_per_device))
 
     pl.seed_everything(0)
     strategy = args.strategy

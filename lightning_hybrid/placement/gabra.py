@@ -25,6 +25,7 @@ stage sizes, the program settles the boundaries. ``balance_cuts=False`` runs the
 
 from __future__ import annotations
 
+import bisect
 import math
 import time
 from collections.abc import Sequence
@@ -89,17 +90,17 @@ class GABRA:
         speeds = np.array([d.speed for d in problem.devices])
         self.horizon = (1.0 + slack) * problem.cost_prefix[-1] / np.sort(speeds)[::-1][: problem.k].sum()
         self._cache: dict[bytes, tuple[float, np.ndarray]] = {}
+        self._by_order: dict[tuple[int, ...], tuple[float, list[tuple[int, int]]]] = {}
 
     # ------------------------------------------------------------------ decoding
     def decode(self, genes: Sequence[int]) -> tuple[list[int], list[tuple[int, int]]]:
         """Device order and stage bounds a chromosome stands for (the repair described above)."""
         k, m = self.problem.k, self.problem.m
-        order: list[int] = []
-        for g in genes:
-            if g not in order and len(order) < k:
-                order.append(int(g))
+        genes = np.asarray(genes)
+        _, first = np.unique(genes, return_index=True)
+        order = [int(g) for g in genes[np.sort(first)][:k]]
         order += [d for d in range(m) if d not in order][: k - len(order)]
-        counts = [sum(1 for g in genes if g == d) for d in order]
+        counts = np.bincount(genes, minlength=m)[order].tolist()
         counts[int(np.argmax(counts))] += len(genes) - sum(counts)  # genes of devices left out
         for s in range(k):  # every stage gets at least one block
             while counts[s] < 1:
@@ -135,11 +136,16 @@ class GABRA:
         key = np.asarray(genes, dtype=np.int64).tobytes()
         if key not in self._cache:
             order, bounds = self.decode(genes)
-            if self.balance_cuts:
-                bottleneck, best = self.problem.best_cuts(order)
-                if best:
-                    bounds = best
-            self._cache[key] = (self.fitness_of(order, bounds), self.encode(order, bounds).astype(np.int64))
+            if self.balance_cuts:  # the bounds then depend on the device order only
+                known = self._by_order.get(tuple(order))
+                if known is None:
+                    _, best = self.problem.best_cuts(order)
+                    bounds = best or bounds
+                    known = self._by_order[tuple(order)] = (self.fitness_of(order, bounds), bounds)
+                fitness, bounds = known
+            else:
+                fitness = self.fitness_of(order, bounds)
+            self._cache[key] = (fitness, self.encode(order, bounds).astype(np.int64))
         fitness, repaired = self._cache[key]
         return fitness, repaired.copy()
 
@@ -152,14 +158,14 @@ class GABRA:
         edges = [0, *map(int, cuts), p.n]
         return self.encode(order, list(zip(edges[:-1], edges[1:])))
 
-    def select(self, fitness: np.ndarray, cumulative: np.ndarray | None = None) -> int:
+    def select(self, fitness: np.ndarray, cumulative: Sequence[float] | None = None) -> int:
         """Roulette wheel: an index drawn with probability proportional to fitness
-        (``cumulative``: ``np.cumsum(fitness)``, when the caller has it)."""
-        cumulative = np.cumsum(fitness) if cumulative is None else cumulative
+        (``cumulative``: ``np.cumsum(fitness)`` as a list, when the caller has it)."""
+        cumulative = np.cumsum(fitness).tolist() if cumulative is None else cumulative
         total = cumulative[-1]
-        if not total > 0 or not np.isfinite(total):
+        if not total > 0 or not math.isfinite(total):
             return int(self.rng.integers(len(fitness)))
-        return min(int(np.searchsorted(cumulative, self.rng.random() * total, side="right")), len(fitness) - 1)
+        return min(bisect.bisect_right(cumulative, self.rng.random() * total), len(fitness) - 1)
 
     def crossover(self, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Algorithm 3: mid-point crossover, two offspring."""
@@ -215,7 +221,7 @@ class GABRA:
             if self.patience is not None and generation - last_improvement >= self.patience:
                 break
             child = None
-            cumulative = np.cumsum(fitness_arr)
+            cumulative = np.cumsum(fitness_arr).tolist()
             for _ in range(20):  # Algorithm 1, lines 7-11: a child already in the population is drawn again
                 y1, y2 = population[self.select(fitness_arr, cumulative)], population[self.select(fitness_arr, cumulative)]
                 w = self.crossover(y1, y2)[0] if self.rng.random() < self.crossover_prob else y1.copy()
