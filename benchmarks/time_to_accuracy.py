@@ -1,17 +1,19 @@
-"""Time to a target accuracy: strategies side by side, same model, data, seed and heterogeneity.
+"""Time to a target accuracy: strategies side by side, same model, data, seeds and heterogeneity.
 
-Each contender is a set of `lightning-hybrid` overrides run through the real CLI, one after
-another (never concurrently). Every run validates on the test set after each epoch
+Each contender is a set of `lightning-hybrid` overrides run through the real CLI, one run after
+another (never concurrently), once per seed. Every run validates on the test set after each epoch
 (`data.val_set=test`) and stops early once the target is reached; epochs are shortened to
-`--batches-per-epoch` batches per worker so that accuracy is measured often; the wall-clock time of each
-validation comes from the EpochTimer callback (`time/elapsed_s`). The first contender is the
-reference for the ratios (DDP by default).
+`--batches-per-epoch` batches per worker so that accuracy is measured often; the wall-clock time of
+each validation comes from the EpochTimer callback (`time/elapsed_s`). The first contender is the
+reference for the ratios (DDP by default). A claim of "faster" is made on medians over the seeds,
+with the range beside them.
 
-    python benchmarks/time_to_accuracy.py --data-root ../shared/data/mnist --target 0.98 \\
-        --scenario "persistent:sim.slowdown=[1.0,4.0]" --scenario "transient:sim=stragglers"
+    python benchmarks/time_to_accuracy.py --data-root ../shared/data/mnist --target 0.98 --seeds 0 1 2 \\
+        --scenario "none:sim=default" --scenario "persistent:sim.slowdown=[1.0,4.0]" \\
+        --scenario "transient:sim=stragglers"
 
 Writes, per scenario, to --out (benchmarks/results/ by default): time_to_accuracy_<scenario>.csv
-(every epoch of every run), .png (accuracy against wall-clock time) and .md (the table).
+(every epoch of every run), .png (accuracy against wall-clock time, seed 0) and .md (the table).
 """
 
 from __future__ import annotations
@@ -20,26 +22,24 @@ import argparse
 import csv
 import math
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-# Learning rates follow the linear scaling rule: DDP's update averages 2 x 64 = 128 samples (lr
-# 0.05, the main job's), an SSP update is one worker's 64 samples (lr 0.025). ddp_lr025 is the
-# control that DDP does not gain from the smaller rate.
-SSP = "strategy=ssp,optimizer.lr=0.025"
+# Every contender runs the optimizer config's learning rate (0.05, momentum 0.9): under DDP it is the
+# rate of one step on the 2 x 64 samples of the global batch; SSPStrategy's default update rule
+# averages one push per worker into each step, which gives it the same meaning. `ssp_per_push_s3` is
+# the earlier rule (every push a step; linear scaling: lr 0.025) for comparison.
 DEFAULT_CONTENDERS = [
     "ddp:strategy=ddp",
-    "ddp_lr025:strategy=ddp,optimizer.lr=0.025",
-    f"ssp_delay_s1:{SSP},strategy.sync=delay,strategy.staleness=1",
-    f"ssp_delay_s2:{SSP},strategy.sync=delay,strategy.staleness=2",
-    f"ssp_delay_s3:{SSP},strategy.sync=delay,strategy.staleness=3",
-    f"ssp_bounded_s1:{SSP},strategy.sync=bounded,strategy.staleness=1",
-    f"ssp_bounded_s2:{SSP},strategy.sync=bounded,strategy.staleness=2",
-    f"ssp_bounded_s3:{SSP},strategy.sync=bounded,strategy.staleness=3",
-    f"ssp_async:{SSP},strategy.staleness=inf",
+    "ssp_delay_s3:strategy=ssp,strategy.sync=delay,strategy.staleness=3",
+    "ssp_bounded_s3:strategy=ssp,strategy.sync=bounded,strategy.staleness=3",
+    "ssp_async:strategy=ssp,strategy.staleness=inf",
+    "ssp_per_push_s3:strategy=ssp,strategy.staleness=3,strategy.pushes_per_update=1,strategy.staleness_lr=false,"
+    "strategy.momentum_correction=false,optimizer.lr=0.025",
 ]
 
 
@@ -87,27 +87,45 @@ def seconds_per_epoch(curve: list[dict[str, float]]) -> float:
     return curve[-1]["elapsed_s"] / len(curve) if curve else float("nan")
 
 
-def run(name: str, overrides: list[str], common: list[str], workdir: Path) -> dict:
+def run(name: str, overrides: list[str], common: list[str], workdir: Path) -> list[dict[str, float]]:
     run_dir = workdir / name
     cmd = [sys.executable, "-m", "lightning_hybrid.cli", *common, *overrides, f"hydra.run.dir={run_dir}"]
     print(f"[{name}] {' '.join(common + overrides)}", file=sys.stderr, flush=True)
-    start = time.perf_counter()
     proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    wall = time.perf_counter() - start
     if proc.returncode != 0:
         print(proc.stderr[-4000:], file=sys.stderr)
         raise SystemExit(f"[{name}] failed with exit code {proc.returncode}")
-    return {"name": name, "overrides": " ".join(overrides), "curve": read_curve(run_dir), "wall_s": wall}
+    return read_curve(run_dir)
 
 
-def write_outputs(scenario: str, results: list[dict], target: float, out: Path, header: str) -> str:
+def median_and_range(values: list[float], fmt: str = "{:.1f}") -> str:
+    finite = [v for v in values if math.isfinite(v)]
+    if len(finite) <= len(values) / 2:  # the median itself is "not reached"
+        return f"not reached ({len(finite)}/{len(values)})"
+    text = fmt.format(statistics.median(values))
+    return text + (f" [{fmt.format(min(values))}-{fmt.format(max(values))}]" if len(values) > 1 else "") + (
+        f" ({len(values) - len(finite)} not reached)" if len(finite) < len(values) else "")
+
+
+def summarize(curves: list[list[dict[str, float]]], target: float) -> dict[str, list[float]]:
+    return {
+        "time": [time_to(c, target) for c in curves],
+        "epochs": [next((e["epoch"] + 1 for e in c if e["val_acc"] >= target), math.inf) for c in curves],
+        "final": [c[-1]["val_acc"] if c else float("nan") for c in curves],
+        "epoch_s": [seconds_per_epoch(c) for c in curves],
+    }
+
+
+def write_outputs(scenario: str, results: dict[str, list[list[dict[str, float]]]], seeds: list[int], target: float,
+                  out: Path, header: str) -> str:
     out.mkdir(parents=True, exist_ok=True)
     with open(out / f"time_to_accuracy_{scenario}.csv", "w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["scenario", "contender", "epoch", "elapsed_s", "val_acc"])
-        for r in results:
-            for e in r["curve"]:
-                writer.writerow([scenario, r["name"], e["epoch"], f"{e['elapsed_s']:.3f}", f"{e['val_acc']:.4f}"])
+        writer.writerow(["scenario", "contender", "seed", "epoch", "elapsed_s", "val_acc"])
+        for name, curves in results.items():
+            for seed, curve in zip(seeds, curves):
+                for e in curve:
+                    writer.writerow([scenario, name, seed, e["epoch"], f"{e['elapsed_s']:.3f}", f"{e['val_acc']:.4f}"])
     try:
         import matplotlib
 
@@ -115,42 +133,43 @@ def write_outputs(scenario: str, results: list[dict], target: float, out: Path, 
         import matplotlib.pyplot as plt
 
         fig, ax = plt.subplots(figsize=(7, 4.5))
-        for r in results:
-            ax.plot([e["elapsed_s"] for e in r["curve"]], [e["val_acc"] for e in r["curve"]], marker="o", label=r["name"])
+        for name, curves in results.items():
+            ax.plot([e["elapsed_s"] for e in curves[0]], [e["val_acc"] for e in curves[0]], marker="o", label=name)
         ax.axhline(target, color="grey", linestyle="--", linewidth=1)
         ax.set_xlabel("wall-clock seconds since training started")
         ax.set_ylabel("test accuracy")
-        ax.set_title(f"time to accuracy: {scenario}")
+        ax.set_title(f"time to accuracy: {scenario} (seed {seeds[0]})")
         ax.legend(fontsize=8)
         fig.tight_layout()
         fig.savefig(out / f"time_to_accuracy_{scenario}.png", dpi=110)
         plt.close(fig)
     except ImportError:
         print("matplotlib is not installed: no plot (pip install matplotlib)", file=sys.stderr)
-    reference = time_to(results[0]["curve"], target)
-    ref_epoch_s = seconds_per_epoch(results[0]["curve"])
-    ref_final = results[0]["curve"][-1]["val_acc"] if results[0]["curve"] else float("nan")
-    name0 = results[0]["name"]
+    stats = {name: summarize(curves, target) for name, curves in results.items()}
+    name0 = next(iter(results))
+    ref = stats[name0]
+    ref_time = statistics.median(ref["time"])
+    ref_final = statistics.median(ref["final"])
+    ref_epoch_s = statistics.median(ref["epoch_s"])
     lines = [
         f"### {scenario}",
         "",
         header,
         "",
+        f"Median over seeds {', '.join(map(str, seeds))} [range]; speed-up = {name0}'s median time / the contender's.",
+        "",
         f"| contender | time to {target:.0%} (s) | speed-up vs {name0} | epochs to target | s/epoch | throughput vs {name0} "
-        f"| final acc | gap to {name0} (points) | epochs run |",
-        "|---|---|---|---|---|---|---|---|---|",
+        f"| final acc | gap to {name0} (points) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
-    for r in results:
-        t = time_to(r["curve"], target)
-        epochs = next((e["epoch"] + 1 for e in r["curve"] if e["val_acc"] >= target), None)
-        final = r["curve"][-1]["val_acc"] if r["curve"] else float("nan")
-        reached = math.isfinite(t) and math.isfinite(reference)
-        t_text = f"{t:.1f}" if math.isfinite(t) else "not reached"
-        speedup = f"{reference / t:.2f}x" if reached else "-"
-        epoch_s = seconds_per_epoch(r["curve"])
+    for name, st in stats.items():
+        median_time = statistics.median(st["time"])
+        reached = math.isfinite(median_time) and math.isfinite(ref_time)
+        epoch_s = statistics.median(st["epoch_s"])
         lines.append(
-            f"| {r['name']} | {t_text} | {speedup} | {epochs or '-'} | {epoch_s:.2f} | {ref_epoch_s / epoch_s:.2f}x "
-            f"| {final:.4f} | {100 * (final - ref_final):+.2f} | {len(r['curve'])} |"
+            f"| {name} | {median_and_range(st['time'])} | {f'{ref_time / median_time:.2f}x' if reached else '-'} "
+            f"| {median_and_range(st['epochs'], '{:.0f}')} | {epoch_s:.2f} | {ref_epoch_s / epoch_s:.2f}x "
+            f"| {median_and_range(st['final'], '{:.4f}')} | {100 * (statistics.median(st['final']) - ref_final):+.2f} |"
         )
     table = "\n".join(lines) + "\n"
     (out / f"time_to_accuracy_{scenario}.md").write_text(table)
@@ -161,6 +180,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-root", default=None, help="MNIST folder; without it, synthetic data")
     parser.add_argument("--target", type=float, default=0.98)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="one run per seed (default 0 1 2)")
     parser.add_argument("--max-epochs", type=int, default=16)
     parser.add_argument(
         "--batches-per-epoch", type=int, default=100,
@@ -193,19 +213,23 @@ def main() -> None:
     scenarios = [named(s) for s in (args.scenario or ["persistent:sim.slowdown=[1.0,4.0]", "transient:sim=stragglers"])]
     contenders = [named(c) for c in (args.contender or DEFAULT_CONTENDERS)]
     header = (
-        f"LeNet-5, {'MNIST' if args.data_root else 'synthetic data'}, batch 64 per worker, {args.devices} workers, seed 0, "
-        f"SGD momentum 0.9, an 'epoch' = {args.batches_per_epoch} batches per worker, test accuracy after each"
+        f"LeNet-5, {'MNIST' if args.data_root else 'synthetic data'}, batch 64 per worker, {args.devices} workers, "
+        f"an 'epoch' = {args.batches_per_epoch} batches per worker, test accuracy after each"
     )
     workdir = Path(tempfile.mkdtemp(prefix="lh_tta_"))
+    start = time.perf_counter()
     try:
         for scenario, sim in scenarios:
-            # a contender's own overrides come last, so that they can take something out of the scenario
-            results = [run(f"{scenario}_{name}", sim + overrides, common, workdir) for name, overrides in contenders]
-            for r, (name, _) in zip(results, contenders):
-                r["name"] = name
-            print(write_outputs(scenario, results, args.target, args.out, f"{header}; sim: `{' '.join(sim)}`"), flush=True)
+            results: dict[str, list[list[dict[str, float]]]] = {name: [] for name, _ in contenders}
+            for seed in args.seeds:  # seeds in the outer loop: a busy spell disturbs every contender alike
+                for name, overrides in contenders:
+                    # a contender's own overrides come last, so that they can take something out of the scenario
+                    results[name].append(run(f"{scenario}_{name}_s{seed}", [f"seed={seed}", *sim, *overrides], common, workdir))
+            table = write_outputs(scenario, results, args.seeds, args.target, args.out, f"{header}; sim: `{' '.join(sim)}`")
+            print(table, flush=True)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+    print(f"benchmark wall time: {time.perf_counter() - start:.0f} s", file=sys.stderr)
 
 
 if __name__ == "__main__":

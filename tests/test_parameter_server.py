@@ -31,10 +31,11 @@ def free_port() -> int:
 @pytest.fixture
 def server(request):
     """Start a server for 2 workers; yield (client0, client1)."""
-    staleness, sync = request.param
+    staleness, sync, *rule = request.param
     port = free_port()
     store = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
-    proc = start_server(ServerSettings("127.0.0.1", port, "t/", workers=2, staleness=staleness, sync=sync, timeout=30))
+    proc = start_server(ServerSettings("127.0.0.1", port, "t/", workers=2, staleness=staleness, sync=sync, timeout=30,
+                                       **(rule[0] if rule else {})))
     pgs = [None, None]
 
     def join(rank):
@@ -158,3 +159,24 @@ def test_next_batch_travels_with_the_parameters(server):
     assert info.chunk is None and info.epoch_over
     info = c0.push(torch.zeros(4), [0.1], out)  # not asked for: neither a batch nor an end
     assert info.chunk is None and not info.epoch_over
+
+
+@pytest.mark.parametrize("server", [(float("inf"), "delay", dict(pushes_per_update=2, staleness_lr=True, max_steps=2))],
+                         indirect=True)
+def test_pushes_averaged_into_steps_stale_ones_weighted_and_max_steps_stops(server):
+    c0, c1 = server
+    _, optimizer = make_optimizer()
+    c0.init(optimizer)
+    out0, out1 = torch.empty(4), torch.empty(4)
+    g = [torch.ones(4), torch.full((4,), 3.0), torch.full((4,), 2.0), torch.full((4,), 8.0)]
+    assert c0.push(g[0], [0.1], out0).version == 0  # one of two pushes: no step yet
+    info = c1.push(g[1], [0.1], out1)
+    assert info.version == 1 and not info.stop
+    torch.testing.assert_close(out1, reference_apply([(g[0] + g[1]) / 2]))
+    c0.push(g[2], [0.1], out0, read_version=1)
+    info = c1.push(g[3], [0.1], out1, read_version=0)  # computed at step 0: one step stale
+    assert info.staleness == 1 and info.version == 2 and info.stop  # the second step was the last
+    torch.testing.assert_close(out1, reference_apply([(g[0] + g[1]) / 2, (g[2] + g[3]) / 2]))
+    after = c0.push(torch.full((4,), 100.0), [0.1], out0)
+    assert after.stop and after.version == 2  # nothing more is applied
+    torch.testing.assert_close(out0, out1)

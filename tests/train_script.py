@@ -103,6 +103,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--samples", type=int, default=256)
     parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--max-steps", type=int, default=-1)
     parser.add_argument("--lr", type=float, default=0.1)
     parser.add_argument("--momentum", type=float, default=0.0)
     parser.add_argument("--slowdown", default=None, help="comma-separated factors per rank")
@@ -158,7 +159,8 @@ def main() -> None:
         compute_sleep=args.compute_sleep,
     )
     trainer = pl.Trainer(
-        accelerator=args.accelerator, devices=args.devices, strategy=strategy, max_epochs=args.epochs, logger=False,
+        accelerator=args.accelerator, devices=args.devices, strategy=strategy, max_epochs=args.epochs,
+        max_steps=args.max_steps, logger=False,
         enable_checkpointing=bool(args.checkpoint_dir), enable_progress_bar=False, enable_model_summary=False,
         callbacks=callbacks, num_sanity_val_steps=0, limit_val_batches=1, gradient_clip_val=args.clip,
         accumulate_grad_batches=args.accumulate, precision=args.precision,

@@ -29,6 +29,7 @@ class PullInfo:
     global_syncs: int
     chunk: torch.Tensor | None = None  # the next batch's sample indices, when one was asked for and dealt
     epoch_over: bool = False  # asked for the next batch, but the epoch has none left
+    stop: bool = False  # the server has taken its max_steps steps
 
 
 class ParameterServerClient:
@@ -69,7 +70,7 @@ class ParameterServerClient:
 
     def _receive_params(self, reply: Parameters, out: torch.Tensor) -> PullInfo:
         self._receive(out)
-        info = PullInfo(reply.version, reply.staleness, reply.gap, reply.max_gap, reply.global_syncs)
+        info = PullInfo(reply.version, reply.staleness, reply.gap, reply.max_gap, reply.global_syncs, stop=bool(reply.stop))
         if reply.chunk > 0:
             info.chunk = self._receive(torch.empty(reply.chunk, dtype=torch.int64))
         info.epoch_over = reply.chunk < 0
@@ -82,6 +83,7 @@ class ParameterServerClient:
         out: torch.Tensor,
         next_chunk_of_epoch: int | None = None,
         weight: int = 1,
+        read_version: int | None = None,
     ) -> PullInfo:
         """Push a gradient; block until the server lets this worker go on; newest parameters into ``out``.
 
@@ -89,10 +91,13 @@ class ParameterServerClient:
         parameters (``PullInfo.chunk``, or ``PullInfo.epoch_over``), saving a round trip.
         With staleness 0 the server divides the round's summed pushes by their summed ``weight``:
         push a mean gradient with weight 1, or a sum over ``n`` samples with weight ``n``.
+        ``read_version``: the server step of the parameters the gradient was computed at (default:
+        the last parameters this worker received).
         """
         lr_tensor = torch.tensor(list(lrs), dtype=torch.float64)
         want = -1 if next_chunk_of_epoch is None else next_chunk_of_epoch
-        reply = self._request(Push(len(lrs), flat_grad.numel(), want, weight), Parameters, [lr_tensor, flat_grad])
+        read = -1 if read_version is None else read_version
+        reply = self._request(Push(len(lrs), flat_grad.numel(), want, weight, read), Parameters, [lr_tensor, flat_grad])
         return self._receive_params(reply, out)
 
     def finish(self, out: torch.Tensor) -> PullInfo:

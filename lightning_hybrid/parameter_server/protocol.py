@@ -95,13 +95,16 @@ class NextChunk(Message):
 class Push(Message):
     """A gradient and the learning rates of the worker's parameter groups. With ``chunk_epoch >= 0``
     the worker's next batch of that epoch comes back with the parameters. ``weight``: what the
-    gradient stands for when a round is averaged (1 per mini-batch, or samples summed in batch mode)."""
+    gradient stands for when a round is averaged (1 per mini-batch, or samples summed in batch mode).
+    ``read_version``: the step of the parameters the gradient was computed at, when the worker
+    already holds newer ones (it pushes while it computes: the staleness counts from there)."""
 
     op: ClassVar[int] = 3
     num_groups: int
     numel: int
     chunk_epoch: int = -1
     weight: int = 1
+    read_version: int = -1  # the server step the gradient was computed at; -1: the last one sent
 
 
 @dataclass(frozen=True)
@@ -154,12 +157,13 @@ class Parameters(Message):
     none was asked for."""
 
     op: ClassVar[int] = 10
-    version: int  # updates the server has applied
-    staleness: int  # updates applied between this worker's read and its just-applied gradient
+    version: int  # optimizer steps the server has taken
+    staleness: int  # steps taken between this worker's read and the arrival of its gradient
     gap: int  # iterations this worker is ahead of the slowest active one, as it starts the next
     max_gap: int  # the largest gap recorded so far
     global_syncs: int  # delay-mode synchronizations (or BSP rounds) so far
     chunk: int = 0
+    stop: int = 0  # 1: the server has taken its max_steps steps; train no further
 
 
 @dataclass(frozen=True)
@@ -208,6 +212,10 @@ class ServerSettings:
         staleness: iterations the fastest worker may lead the slowest (``inf``: never wait).
         sync: ``"delay"`` or ``"bounded"`` (see :mod:`~lightning_hybrid.parameter_server.sync_controller`).
         timeout: seconds the server waits for a worker before failing.
+        pushes_per_update, staleness_lr, momentum_correction: the update rule
+            (:class:`~lightning_hybrid.parameter_server.update_rule.UpdateRule`; staleness > 0 only).
+        max_steps: optimizer steps after which the server stops the run (-1: no limit); pushes
+            after the last step are not applied.
     """
 
     host: str
@@ -217,11 +225,17 @@ class ServerSettings:
     staleness: float
     sync: str = "delay"
     timeout: float = 1800.0
+    pushes_per_update: int = 1
+    staleness_lr: bool = False
+    momentum_correction: bool = False
+    max_steps: int = -1
 
     def __post_init__(self) -> None:
         if self.workers < 1:
             raise ValueError(f"the parameter server needs at least one worker, got {self.workers}")
         validate_staleness(self.staleness, self.sync)
+        if self.max_steps == 0 or self.max_steps < -1:
+            raise ValueError(f"max_steps must be a positive number of optimizer steps or -1, got {self.max_steps}")
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))  # inf is written as Infinity, which json reads back

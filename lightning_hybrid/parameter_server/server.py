@@ -13,8 +13,9 @@ and serves the requests of :mod:`~lightning_hybrid.parameter_server.protocol` on
   describes the dataset (size, batch size, seed).
 * ``Push``: a gradient and the learning rates the worker's scheduler gives (and, optionally, a
   request for the worker's next batch, which then comes back with the parameters). With staleness
-  > 0 it is applied at once by the optimizer; with staleness 0 the round's gradients are averaged
-  into one step, each weighted by the weight it comes with: 1 per mini-batch, or, in batch mode
+  > 0 the :class:`~lightning_hybrid.parameter_server.update_rule.UpdateRule` accumulates it and
+  says when to step (by default every ``workers`` pushes, weighted by staleness, with the momentum
+  corrected for it); with staleness 0 the round's gradients are averaged into one step, each weighted by the weight it comes with: 1 per mini-batch, or, in batch mode
   (cNeural, paper 002), the number of samples whose gradients a worker summed over its whole
   shard, so that the step takes the mean gradient over the whole training set. Whether and when
   the worker gets the newest parameters back is the
@@ -49,6 +50,7 @@ from lightning_hybrid.parameter_server.protocol import (
     Shutdown, State,
 )
 from lightning_hybrid.parameter_server.sync_controller import Decision, SyncController
+from lightning_hybrid.parameter_server.update_rule import UpdateRule
 
 log = logging.getLogger(__name__)
 
@@ -65,15 +67,22 @@ class Optimization:
 
 
 class ParameterServer:
-    """Serves the requests of ``num_workers`` workers over the side channel ``pg`` (see the module doc)."""
+    """Serves the requests of ``num_workers`` workers over the side channel ``pg`` (see the module doc).
 
-    def __init__(self, pg, num_workers: int, staleness: float, sync: str) -> None:
+    ``rule`` turns pushes into steps when staleness > 0 (with staleness 0 every round is one step);
+    after ``max_steps`` steps (``-1``: no limit) no push is applied and every reply says stop."""
+
+    def __init__(self, pg, num_workers: int, staleness: float, sync: str, rule: UpdateRule | None = None,
+                 max_steps: int = -1) -> None:
         self.pg = pg
         self.num_workers = num_workers
         self.controller = SyncController(num_workers, staleness, sync)
+        self.rule = rule or UpdateRule()
+        self.max_steps = max_steps
+        self._configured_momentum: list[float | None] = []
         self.opt: Optimization | None = None
         self.dispenser: ChunkDispenser | None = None
-        self.version = 0  # updates applied
+        self.version = 0  # optimizer steps taken
         self.read_version = [0] * num_workers  # the version each worker last received
         self.finished: set[int] = set()
         self._last_staleness = [0] * num_workers
@@ -96,12 +105,19 @@ class ParameterServer:
         if with_chunk and worker in self._chunk_wanted:
             chunk = self._deal(worker, self._chunk_wanted.pop(worker))
             length = -1 if chunk is None else chunk.numel()
-        reply = Parameters(self.version, self._last_staleness[worker], gap, c.max_gap, c.global_syncs, length)
+        reply = Parameters(self.version, self._last_staleness[worker], gap, c.max_gap, c.global_syncs, length,
+                           int(self.stopped))
         self._reply(worker, reply, self._optimization(worker).flat_params, *([chunk] if chunk is not None else []))
 
+    @property
+    def stopped(self) -> bool:
+        """Whether the server has taken its ``max_steps`` steps."""
+        return 0 < self.max_steps <= self.version
+
     def _deal(self, worker: int, epoch: int) -> torch.Tensor | None:
-        """The worker's next chunk of ``epoch``, or None when that epoch is over (or not the current one)."""
-        if self.dispenser is None or epoch != self.dispenser.epoch:
+        """The worker's next chunk of ``epoch``, or None when that epoch is over (or not the current
+        one, or the run has taken its steps)."""
+        if self.dispenser is None or epoch != self.dispenser.epoch or self.stopped:
             return None
         return self.dispenser.next_chunk(worker)
 
@@ -121,6 +137,7 @@ class ParameterServer:
         flat_params, flat_grads = flatten_in_place(params)
         round_sum = torch.zeros_like(flat_grads) if self.controller.bsp else None
         self.opt = Optimization(optimizer, flat_params, flat_grads, round_sum)
+        self._configured_momentum = [group.get("momentum") for group in optimizer.param_groups]
         log.info(
             "%d parameters, %d workers, staleness %s (%s)",
             flat_params.numel(), self.num_workers, self.controller.staleness, self.controller.mode,
@@ -150,7 +167,7 @@ class ParameterServer:
         lrs = self._receive(worker, torch.empty(request.num_groups, dtype=torch.float64))
         opt = self.opt
         fits = opt is not None and request.numel == opt.flat_grads.numel()
-        grads = self._receive(worker, opt.flat_grads if fits and not self.controller.bsp else torch.empty(request.numel))
+        grads = self._receive(worker, torch.empty(request.numel))
         opt = self._optimization(worker)
         if not fits:
             raise RuntimeError(
@@ -158,12 +175,15 @@ class ParameterServer:
             )
         for group, lr in zip(opt.optimizer.param_groups, lrs.tolist()):
             group["lr"] = lr
-        staleness = 0
-        if self.controller.bsp:
+        read = request.read_version if request.read_version >= 0 else self.read_version[worker]
+        staleness = self.version - read
+        if self.stopped:
+            pass  # the run has taken its steps: nothing more is applied
+        elif self.controller.bsp:
             opt.round_sum += grads  # a batch-mode push is already a sum over `weight` samples
             opt.round_weight += request.weight
-        else:
-            staleness = self.version - self.read_version[worker]
+        elif self.rule.add(grads, staleness, request.weight):
+            opt.flat_grads.copy_(self.rule.take_average())
             self._step()
         self._last_staleness[worker] = staleness  # reported back with the parameters
         if request.chunk_epoch >= 0:  # the worker's next batch travels with its parameters: no extra round trip
@@ -187,6 +207,9 @@ class ParameterServer:
 
     # ---------------------------------------------------------------- internals
     def _step(self) -> None:
+        for group, configured in zip(self.opt.optimizer.param_groups, self._configured_momentum):
+            if configured is not None:  # SGD-style momentum, corrected for the asynchrony's own
+                group["momentum"] = self.rule.momentum(configured)
         self.opt.optimizer.step()
         self.version += 1
 
@@ -263,7 +286,8 @@ def main() -> None:
     _exit_when_orphaned(os.getppid())
     torch.set_num_threads(1)
     pg = channel.open_channel(settings.host, settings.port, settings.prefix, 0, settings.workers + 1, settings.timeout)
-    ParameterServer(pg, settings.workers, settings.staleness, settings.sync).serve()
+    rule = UpdateRule(settings.pushes_per_update, settings.staleness_lr, settings.momentum_correction)
+    ParameterServer(pg, settings.workers, settings.staleness, settings.sync, rule, settings.max_steps).serve()
 
 
 if __name__ == "__main__":

@@ -79,6 +79,6 @@ class CNeuralStrategy(ParameterServerStrategy):
         """End of the pass: push the gradient sum once; the server steps once every worker has."""
         flat = self._pass_grad if self._pass_grad is not None else torch.zeros_like(self._flat)
         lrs = [group["lr"] for group in self.optimizers[0].param_groups]
-        self._timed(lambda: self.client.push(flat, lrs, self._flat, weight=self._pass_samples))
+        self._note(self._timed(lambda: self.client.push(flat, lrs, self._flat, weight=self._pass_samples)))
         self._pass_grad, self._pass_samples, self._step_samples = None, 0, 0
         self._load_flat()

@@ -30,7 +30,7 @@ from pytorch_lightning.utilities.rank_zero import rank_zero_warn
 from lightning_hybrid.comm.collectives import all_gather, broadcast_
 from lightning_hybrid.comm.flat import copy_into, flatten, gradients
 from lightning_hybrid.parameter_server.channel import open_channel
-from lightning_hybrid.parameter_server.client import ParameterServerClient
+from lightning_hybrid.parameter_server.client import ParameterServerClient, PullInfo
 from lightning_hybrid.parameter_server.protocol import ServerSettings
 from lightning_hybrid.parameter_server.server import start_server
 from lightning_hybrid.strategies import common
@@ -96,6 +96,10 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
         self._flat: torch.Tensor | None = None
         self._async = False
         self._warned_local_reduce = False
+        #: ``Trainer(max_steps=N)``: N optimizer steps of the server (the workers' own counts differ).
+        self.max_steps = -1
+        self._stop = False  # the server has taken max_steps steps
+        self._weights_version = 0  # the server step of the parameters the model holds
         self._reset_epoch_stats()
 
     @property
@@ -112,11 +116,6 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
                 f"{self.num_workers}; set devices={max(self.min_workers, 2)} or more (CPU: each device is one worker process)."
             )
         common.refuse_manual_optimization(name, model, "the server runs the optimizer step")
-        if trainer.max_steps != -1:
-            raise ValueError(
-                f"{name} does not support max_steps={trainer.max_steps}: workers run different numbers of "
-                "steps. Bound the run with max_epochs (and limit_train_batches) instead."
-            )
         if trainer.val_check_interval != 1.0:
             raise ValueError(
                 f"{name} validates at the end of each epoch only (a global sync point); got "
@@ -134,6 +133,9 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
         optimizer = common.single_optimizer(type(self).__name__, self.optimizers)
         self._params = [p for group in optimizer.param_groups for p in group["params"]]
         self._flat = torch.empty(sum(p.numel() for p in self._params), dtype=torch.float32)
+        # The server counts the steps: each worker's Lightning loop must not stop at its own count.
+        self.max_steps, trainer.fit_loop.epoch_loop.max_steps = trainer.max_steps, -1
+        self._stop = False
         self._open_server_channel()
         self.attach_sync_points(trainer)
         self._make_sigterm_check_local(trainer)
@@ -158,12 +160,24 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
         settings = ServerSettings(
             host=str(env.main_address), port=int(env.main_port), prefix=f"lightning_hybrid/ps/{next(_SESSIONS)}/",
             workers=self.num_workers, staleness=self.staleness, sync=self.sync, timeout=self.timeout,
+            max_steps=self.max_steps, **self._update_rule(),
         )
         if self.global_rank == 0:
             self._server = start_server(settings)
         pg = open_channel(settings.host, settings.port, settings.prefix, self.global_rank + 1, self.num_workers + 1,
                           self.timeout)
         self.client = ParameterServerClient(pg, self.global_rank)
+
+    def _update_rule(self) -> dict[str, Any]:
+        """The server's update rule settings (``ServerSettings`` fields) for staleness > 0."""
+        return {}
+
+    def _note(self, info: PullInfo) -> PullInfo:
+        """Remember what a reply with parameters says: their server step, and whether the server
+        stopped the run (max_steps)."""
+        self._stop |= info.stop
+        self._weights_version = info.version
+        return info
 
     def on_sync_start(self, trainer: pl.Trainer) -> None:
         if self.global_rank == 0:
@@ -225,12 +239,14 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
         self._before_sync()
         self._pull_at_sync()
         self._async = False
+        if self._stop:  # max_steps: the server has taken its steps
+            self.lightning_module.trainer.should_stop = True
 
     def _before_sync(self) -> None:
         """What a worker sends the server at the end of its epoch, before the global sync."""
 
     def _pull_at_sync(self) -> None:
-        self.client.finish(self._flat)
+        self._note(self.client.finish(self._flat))
         self._load_flat()
         for buffer in self.lightning_module.buffers():
             broadcast_(buffer, src=0)
@@ -304,6 +320,9 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
             super().barrier(name)
 
     def teardown(self) -> None:
+        module = self.lightning_module
+        if self._own_callback is not None and module is not None and module._trainer is not None:
+            module.trainer.fit_loop.epoch_loop.max_steps = self.max_steps
         if self._server is not None and self._server.poll() is None:
             self._server.terminate()
             self._stop_server()

@@ -14,6 +14,7 @@ import os
 import warnings
 from collections import deque
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import pytorch_lightning as pl
@@ -22,11 +23,16 @@ from pytorch_lightning.trainer.states import RunningStage
 from pytorch_lightning.utilities.data import _update_dataloader
 from torch.utils.data import DataLoader, Sampler
 
+from lightning_hybrid.parameter_server.client import PullInfo
 from lightning_hybrid.parameter_server.protocol import DatasetShape
 from lightning_hybrid.parameter_server.sync_controller import validate_staleness
+from lightning_hybrid.parameter_server.update_rule import UpdateRule
 from lightning_hybrid.strategies.parameter_server import ParameterServerStrategy, WorkerEpochStats
 
 __all__ = ["SSPStrategy", "ServerSampler", "WorkerEpochStats"]
+
+#: With overlap, batches a worker holds at the start of an epoch (one more arrives with each reply).
+STOCK = 3
 
 
 class ServerSampler(Sampler[int]):
@@ -69,6 +75,17 @@ class SSPStrategy(ParameterServerStrategy):
             most ``staleness`` ahead of the slowest; no reset.
         timeout, process_group_backend, processes_per_device: see
             :class:`~lightning_hybrid.strategies.parameter_server.ParameterServerStrategy`.
+        pushes_per_update: with staleness > 0, pushes the server averages into one optimizer step
+            (``None``: one per worker, DDP's global batch, so the learning rate of
+            ``configure_optimizers`` means what it means under DDP: the rate of one step on
+            ``workers x batch`` samples); ``1``: every push is a step.
+        staleness_lr: weight each pushed gradient by ``1 / staleness`` (in server steps; Zhang et al. 2016).
+        momentum_correction: lower SGD's momentum by the implicit momentum of the measured staleness
+            (Mitliagkas et al. 2016). See :mod:`lightning_hybrid.parameter_server.update_rule`.
+        overlap: with staleness > 0, send each push in the background and compute the next batch
+            meanwhile, on the parameters the previous reply brought (each gradient then is one
+            server step staler, and a worker the bound holds back computes one more batch before it
+            waits).
         batch_mode: deprecated; ``SSPStrategy(batch_mode=True)`` returns a
             :class:`~lightning_hybrid.strategies.cneural.CNeuralStrategy` (``strategy="cneural"``).
 
@@ -121,18 +138,37 @@ class SSPStrategy(ParameterServerStrategy):
         staleness: float | int = 3,
         sync: str = "delay",
         timeout: float = 300.0,
+        pushes_per_update: int | None = None,
+        staleness_lr: bool = True,
+        momentum_correction: bool = True,
+        overlap: bool = True,
         batch_mode: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(timeout, **kwargs)
         self.staleness = validate_staleness(staleness, sync)
         self.sync = sync
+        if pushes_per_update is not None:
+            UpdateRule(pushes_per_update)  # a ValueError for a bad value, now
+        self.pushes_per_update = pushes_per_update
+        self.staleness_lr = bool(staleness_lr)
+        self.momentum_correction = bool(momentum_correction)
+        self.overlap = bool(overlap)
+        self._comm: ThreadPoolExecutor | None = None  # sends pushes while the worker computes (overlap)
+        self._in_flight: Future[PullInfo] | None = None
         self.dataset_shape: DatasetShape | None = None
         # Batches the server sent along with parameters, not yet handed to the DataLoader.
         self._dealt: deque[torch.Tensor] = deque()
         self._dealt_epoch: int | None = None
         self._data_epoch_over = False
         self._limit_train_batches: int | float = 1.0
+
+    def _update_rule(self) -> dict[str, Any]:
+        return {
+            "pushes_per_update": self.pushes_per_update or self.num_workers,
+            "staleness_lr": self.staleness_lr,
+            "momentum_correction": self.momentum_correction,
+        }
 
     # ------------------------------------------------------------------ checks and setup
     def check_trainer(self, trainer: pl.Trainer, model: pl.LightningModule | None) -> None:
@@ -152,6 +188,8 @@ class SSPStrategy(ParameterServerStrategy):
         # that it ends, and validates, when the server's data runs out.
         self._limit_train_batches = trainer.limit_train_batches
         trainer.limit_train_batches = 1.0
+        if self.overlap and self.staleness > 0:
+            self._comm = ThreadPoolExecutor(1, thread_name_prefix="ssp-push")
 
     # ------------------------------------------------------------------ data from the server
     def process_dataloader(self, dataloader: object) -> object:
@@ -176,24 +214,51 @@ class SSPStrategy(ParameterServerStrategy):
             self._dealt_epoch, self._data_epoch_over = epoch, False
 
     def _next_chunk(self, epoch: int) -> torch.Tensor | None:
-        """The next batch's indices: one that came with the last parameters, or one asked for now."""
+        """The next batch's indices: one that came with the last parameters, or one asked for now.
+
+        With overlap, the first request of an epoch asks for :data:`STOCK` batches, so that the
+        DataLoader (which fetches a batch ahead) never waits for the push in flight, whose reply
+        brings the next one."""
+        if not self._dealt and self._in_flight is not None:
+            self._settle()
         if self._dealt:
             return self._dealt.popleft()
-        if self._data_epoch_over:
-            return None
-        chunk = self.client.next_chunk(epoch, self.dataset_shape)
-        self._data_epoch_over = chunk is None
-        return chunk
+        for _ in range(STOCK if self._comm is not None else 1):
+            if self._data_epoch_over:
+                break
+            chunk = self.client.next_chunk(epoch, self.dataset_shape)
+            self._data_epoch_over = chunk is None
+            if chunk is not None:
+                self._dealt.append(chunk)
+        return self._dealt.popleft() if self._dealt else None
 
     # ------------------------------------------------------------------ the training step
     def _replaced_step(self, optimizer: torch.optim.Optimizer) -> None:
-        """Push this step's gradient, pull the newest parameters (and the next batch with them)."""
+        """Push this step's gradient and take the newest parameters (with the next batch's indices).
+
+        Without overlap the worker waits for the reply. With overlap (staleness > 0) it takes the
+        reply to its previous push (usually there already), loads those parameters and sends this
+        gradient in the background while it computes the next one; the gradient carries the step
+        of the parameters it was computed at, so the server counts its staleness right."""
         want = None if self._data_epoch_over or self._dealt_epoch is None else self._dealt_epoch
-        lrs, grad = [group["lr"] for group in optimizer.param_groups], self._flat_grad()
-        info = self._timed(lambda: self.client.push(grad, lrs, self._flat, want))
+        lrs, grad, read = [group["lr"] for group in optimizer.param_groups], self._flat_grad(), self._weights_version
+        if self._comm is None:
+            self._received(self._timed(lambda: self.client.push(grad, lrs, self._flat, want, read_version=read)))
+            return
+        self._settle()
+        self._in_flight = self._comm.submit(self.client.push, grad, lrs, self._flat, want, 1, read)
+
+    def _settle(self) -> None:
+        """Wait for the push in flight, if any, and take what its reply brings."""
+        if self._in_flight is not None:
+            future, self._in_flight = self._in_flight, None
+            self._received(self._timed(future.result))
+
+    def _received(self, info: PullInfo) -> None:
+        self._note(info)
         if info.chunk is not None:
             self._dealt.append(info.chunk)
-        self._data_epoch_over |= info.epoch_over
+        self._data_epoch_over |= info.epoch_over or info.stop
         stats = self._epoch
         stats["iterations"] += 1
         stats["staleness_sum"] += info.staleness
@@ -202,11 +267,19 @@ class SSPStrategy(ParameterServerStrategy):
         self._load_flat()
 
     def _pull_at_sync(self) -> None:
-        if self._dealt:
-            raise RuntimeError(f"worker {self.global_rank}: {len(self._dealt)} dealt batches left unused at a sync point")
+        self._settle()
         super()._pull_at_sync()
 
+    def _before_sync(self) -> None:
+        """The epoch's end: every batch the server dealt this worker has been trained on."""
+        self._settle()
+        if self._dealt:
+            raise RuntimeError(f"worker {self.global_rank}: {len(self._dealt)} dealt batches left unused at the epoch's end")
+
     def teardown(self) -> None:
+        if self._comm is not None:
+            self._comm.shutdown(wait=False, cancel_futures=True)
+            self._comm, self._in_flight = None, None
         if self._own_callback is not None and self.lightning_module is not None and self.lightning_module._trainer:
             self.lightning_module.trainer.limit_train_batches = self._limit_train_batches
         super().teardown()

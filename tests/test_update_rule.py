@@ -1,0 +1,47 @@
+"""The parameter server's update rule, without processes: accumulation, staleness weights, momentum."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lightning_hybrid.parameter_server.update_rule import UpdateRule
+
+
+def test_one_step_per_pushes_per_update_with_their_mean():
+    rule = UpdateRule(pushes_per_update=3)
+    assert [rule.add(torch.full((2,), float(v)), staleness=0) for v in (1, 2, 6)] == [False, False, True]
+    torch.testing.assert_close(rule.take_average(), torch.full((2,), 3.0))
+    assert rule.pending == 0
+
+
+def test_stale_gradients_count_less():
+    rule = UpdateRule(pushes_per_update=2, staleness_lr=True)
+    rule.add(torch.full((1,), 4.0), staleness=1)  # at most one step old: full weight
+    rule.add(torch.full((1,), 4.0), staleness=4)  # four steps old: a quarter
+    torch.testing.assert_close(rule.take_average(), torch.tensor([(4.0 + 1.0) / 2]))
+    plain = UpdateRule(pushes_per_update=2)
+    plain.add(torch.full((1,), 4.0), staleness=1), plain.add(torch.full((1,), 4.0), staleness=4)
+    torch.testing.assert_close(plain.take_average(), torch.tensor([4.0]))
+
+
+def test_momentum_is_lowered_by_the_implicit_momentum_of_the_staleness():
+    rule = UpdateRule(momentum_correction=True, staleness_decay=1.0)  # the mean is the last staleness
+    rule.add(torch.zeros(1), staleness=1)
+    assert rule.momentum(0.9) == pytest.approx(0.9 - 1 / 2)  # E[tau] = 1: implicit momentum 1/2
+    rule.add(torch.zeros(1), staleness=9)
+    assert rule.momentum(0.9) == 0.0  # never below zero
+    assert UpdateRule(staleness_decay=1.0).momentum(0.9) == 0.9  # switched off
+
+
+def test_weights_count_samples_of_a_push():
+    rule = UpdateRule(pushes_per_update=4)
+    assert not rule.add(torch.ones(1), staleness=0, weight=3)
+    assert rule.add(torch.full((1,), 5.0), staleness=0, weight=1)
+    torch.testing.assert_close(rule.take_average(), torch.tensor([(3 * 1.0 + 5.0) / 4]))
+
+
+@pytest.mark.parametrize("kwargs", [dict(pushes_per_update=0), dict(pushes_per_update=True), dict(staleness_decay=0)])
+def test_bad_settings(kwargs):
+    with pytest.raises(ValueError):
+        UpdateRule(**kwargs)
