@@ -40,6 +40,7 @@ DEFAULT_CONTENDERS = [
     f"ssp_bounded_s2:{SSP},strategy.sync=bounded,strategy.staleness=2",
     f"ssp_bounded_s3:{SSP},strategy.sync=bounded,strategy.staleness=3",
     f"ssp_async:{SSP},strategy.staleness=inf",
+    "balanced:strategy=balanced",
 ]
 
 
