@@ -35,6 +35,7 @@ from pathlib import Path
 # the earlier rule (every push a step; linear scaling: lr 0.025) for comparison.
 DEFAULT_CONTENDERS = [
     "ddp:strategy=ddp",
+    "balanced:strategy=balanced",
     "ssp_delay_s3:strategy=ssp,strategy.sync=delay,strategy.staleness=3",
     "ssp_bounded_s3:strategy=ssp,strategy.sync=bounded,strategy.staleness=3",
     "ssp_async:strategy=ssp,strategy.staleness=inf",

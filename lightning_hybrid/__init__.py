@@ -3,6 +3,7 @@
 from lightning_hybrid.classifier import ClassifierModule
 from lightning_hybrid.strategies import (
     AllReduceASGDStrategy,
+    BalancedDataParallelStrategy,
     CNeuralStrategy,
     HybridParallelStrategy,
     PartitionedInferenceStrategy,
@@ -13,6 +14,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AllReduceASGDStrategy",
+    "BalancedDataParallelStrategy",
     "CNeuralStrategy",
     "ClassifierModule",
     "HybridParallelStrategy",

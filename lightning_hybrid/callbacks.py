@@ -71,7 +71,9 @@ class HeterogeneitySimulator(pl.Callback):
     ``communication_wait_s`` counter, as :class:`~lightning_hybrid.SSPStrategy` keeps) is not
     stretched: a slow device computes slowly, it does not wait longer. A strategy that can slow its
     own computation (``inject_compute_slowdown``, as :class:`~lightning_hybrid.HybridParallelStrategy`
-    whose pipeline stages wait for each other within a step) is handed the factor instead. Steps are stretched as measured on the rank itself, so a strategy whose ranks
+    whose pipeline stages wait for each other within a step, and
+    :class:`~lightning_hybrid.BalancedDataParallelStrategy`, which measures each rank's compute to
+    size its share) is handed the factor instead. Steps are stretched as measured on the rank itself, so a strategy whose ranks
     wait for one another (DDP) slows to the slowest rank's pace, and one that lets ranks run ahead
     (SSP) does not: exactly the contrast the benchmarks measure.
 
@@ -151,7 +153,7 @@ class HeterogeneitySimulator(pl.Callback):
         rank = trainer.global_rank
         factor = self.slowdown[rank] if self.slowdown is not None else 1.0
         if hasattr(trainer.strategy, "inject_compute_slowdown"):
-            # Pipeline stages wait for one another inside a step: slow the stage's compute itself.
+            # Pipeline stages wait for one another inside a step, balanced DP measures compute: slow the compute itself.
             trainer.strategy.inject_compute_slowdown(factor)
             factor = 1.0
         self.stretcher = StepStretcher(factor, self.straggle_prob, self.straggle_factor, seed=(self.seed, rank))

@@ -7,7 +7,8 @@ devices with the helpers here:
 * :class:`Device`: name, speed, memory (bytes) and link bandwidth (bytes per second);
 * :func:`devices_from_config`: devices from numbers or mappings (sizes like ``"16GiB"``,
   ``"10GB/s"`` read by :func:`parse_size`);
-* :func:`probe_speed`: this process's device speed, measured.
+* :func:`probe_speed`: this process's device speed, measured;
+* :func:`positive_per_device`: given speeds or abilities checked (positive, finite, one per rank).
 
 **Units of a speed or an ability.** A number that says how fast a device computes is in one of
 :data:`SPEED_UNITS`:
@@ -116,6 +117,27 @@ def to_macs(speed: float, unit: str, reference_flops: float | None = None) -> fl
         (1000000000.0, 4000000000.0)
     """
     return speed * macs_per_unit(unit, reference_flops)
+
+
+def positive_per_device(values: Sequence[float], what: str, count: int | None = None, per: str = "rank",
+                        instead: str = "") -> list[float]:
+    """``values`` as floats, or a ValueError unless they are positive finite numbers, one per ``per``
+    (``count`` of them when given; ``instead`` ends that message with what else the user may do).
+
+    Example::
+
+        >>> positive_per_device([1, 2.5], "speeds", count=2)
+        [1.0, 2.5]
+    """
+    try:
+        floats = [float(v) for v in values]
+    except (TypeError, ValueError):
+        raise ValueError(f"{what} must be a list of positive numbers, one per {per}; got {values!r}") from None
+    if not floats or any(isinstance(v, bool) or not (f > 0 and math.isfinite(f)) for v, f in zip(values, floats)):
+        raise ValueError(f"{what} must be positive finite numbers, one per {per}; got {list(values)}")
+    if count is not None and len(floats) != count:
+        raise ValueError(f"{len(floats)} {what} for {count} {per}s: give one per {per}{instead}")
+    return floats
 
 
 # --------------------------------------------------------------------------------------------------

@@ -1,11 +1,13 @@
 """Run by the multi-process tests: a user's own script training with `Trainer(strategy=...)`.
 
-    python train_script.py OUT_DIR [--strategy ddp|auto|ssp] [--staleness S] [--sync delay|bounded] ...
+    python train_script.py OUT_DIR [--strategy ddp|auto|ssp|cneural|asgd|balanced] [--staleness S] ...
 
 Trains ClassifierModule(MLP) with SGD on a synthetic dataset whose batches carry their sample
 indices, and writes to OUT_DIR: each rank's final parameters (rank{r}.pt), the sample indices each
-rank trained on per epoch (indices_rank{r}.pt), rank 0's test accuracy (test_acc.txt), and for SSP
-the strategy's per-epoch statistics (ssp_history.json). Lightning's launcher reruns this script for
+rank trained on per epoch (indices_rank{r}.pt), rank 0's test accuracy (test_acc.txt), for SSP
+the strategy's per-epoch statistics (ssp_history.json), and for the balanced strategy each rank's
+batches per epoch (batches_rank{r}.pt) and rank 0's share changes, per-epoch history and logged
+`balanced/` metrics (balanced.json). Lightning's launcher reruns this script for
 the other ranks, as it would a user's.
 """
 
@@ -23,7 +25,9 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from threads import threads_per_process
-from lightning_hybrid import AllReduceASGDStrategy, ClassifierModule, CNeuralStrategy, SSPStrategy
+from lightning_hybrid import (
+    AllReduceASGDStrategy, BalancedDataParallelStrategy, ClassifierModule, CNeuralStrategy, SSPStrategy,
+)
 from lightning_hybrid.strategies import ParameterServerStrategy
 from lightning_hybrid.callbacks import EpochTimer
 from lightning_hybrid.data.base import EpochSeededRandomSampler
@@ -58,16 +62,20 @@ class IndexedData(pl.LightningDataModule):
 class RecordingClassifier(ClassifierModule):
     """Records which samples each epoch trained on."""
 
-    def __init__(self, *args, compute_sleep: float = 0.0, **kwargs) -> None:
+    def __init__(self, *args, compute_sleep: float = 0.0, sample_sleep: float = 0.0, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.seen: dict[int, list[int]] = {}
+        self.batches: dict[int, list[list[int]]] = {}
         self.compute_sleep = compute_sleep
+        self.sample_sleep = sample_sleep
 
     def training_step(self, batch, batch_idx):
         x, y, idx = batch
         self.seen.setdefault(self.current_epoch, []).extend(idx.tolist())
-        if self.compute_sleep:
-            time.sleep(self.compute_sleep)  # a slower model's compute, for the overlap test
+        self.batches.setdefault(self.current_epoch, []).append(idx.tolist())
+        if self.compute_sleep or self.sample_sleep:
+            # a slower model's compute: per step for the overlap test, per sample for balanced shares
+            time.sleep(self.compute_sleep + self.sample_sleep * len(idx))
         return super().training_step((x, y), batch_idx)
 
 
@@ -123,6 +131,11 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=0)
     parser.add_argument("--latency", type=float, default=0.0, help="sim collective_latency_s")
     parser.add_argument("--compute-sleep", type=float, default=0.0, help="seconds of simulated compute per step")
+    parser.add_argument("--sample-sleep", type=float, default=0.0, help="seconds of simulated compute per sample")
+    parser.add_argument("--global-batch", type=int, default=None, help="balanced: samples per step over all ranks")
+    parser.add_argument("--speeds", default=None, help="balanced: comma-separated relative speeds per rank")
+    parser.add_argument("--measure-steps", type=int, default=10, help="balanced: steps measured before balancing")
+    parser.add_argument("--rebalance-every", type=int, default=0, help="balanced: rebalance every N steps (0: never)")
     parser.add_argument("--precision", default="32-true")
     parser.add_argument("--accelerator", default="cpu")
     parser.add_argument("--processes-per-device", type=int, default=1, help="our strategies: processes on each device")
@@ -141,6 +154,11 @@ def main() -> None:
             delay=args.delay, compensation=args.compensation, dc_lambda=args.dc_lambda, warmup_steps=args.warmup,
             **shared,
         )
+    elif strategy == "balanced":
+        strategy = BalancedDataParallelStrategy(
+            global_batch=args.global_batch, speeds=[float(s) for s in args.speeds.split(",")] if args.speeds else None,
+            measure_steps=args.measure_steps, rebalance_every=args.rebalance_every, **shared,
+        )
     callbacks = []
     if args.slowdown or args.latency:
         slowdown = [float(f) for f in args.slowdown.split(",")] if args.slowdown else None
@@ -156,7 +174,7 @@ def main() -> None:
     scheduler = partial(torch.optim.lr_scheduler.StepLR, step_size=1, gamma=0.5) if args.scheduler else None
     module = RecordingClassifier(
         MLP(activation="relu"), optimizer=partial(torch.optim.SGD, lr=args.lr, momentum=args.momentum), scheduler=scheduler,
-        compute_sleep=args.compute_sleep,
+        compute_sleep=args.compute_sleep, sample_sleep=args.sample_sleep,
     )
     trainer = pl.Trainer(
         accelerator=args.accelerator, devices=args.devices, strategy=strategy, max_epochs=args.epochs,
@@ -168,6 +186,12 @@ def main() -> None:
     data = IndexedData(args.batch_size, args.samples)
     trainer.fit(module, datamodule=data, ckpt_path=args.resume)
     rank = trainer.global_rank
+    if isinstance(strategy, BalancedDataParallelStrategy):
+        torch.save(module.batches, args.out / f"batches_rank{rank}.pt")
+        if trainer.is_global_zero:
+            logged = {k: float(v) for k, v in trainer.logged_metrics.items() if k.startswith("balanced/")}
+            balanced = {"changes": strategy.share_changes, "history": strategy.history, "logged": logged}
+            (args.out / "balanced.json").write_text(json.dumps(balanced))
     torch.save({k: v.detach().clone() for k, v in module.state_dict().items()}, args.out / f"rank{rank}.pt")
     torch.save(module.seen, args.out / f"indices_rank{rank}.pt")
     if isinstance(strategy, ParameterServerStrategy) and trainer.is_global_zero:

@@ -105,6 +105,14 @@ def start_all_reduce(tensor: torch.Tensor, group: dist.ProcessGroup | None = Non
     return PendingAllReduce(dist.all_reduce(staged, group=group, async_op=True), staged, tensor)
 
 
+def all_reduce_future(tensor: torch.Tensor, group: dist.ProcessGroup | None = None) -> torch.futures.Future[torch.Tensor]:
+    """Start summing ``tensor`` across the group; the future's value is ``tensor`` itself, reduced (what
+    a DDP communication hook returns for its bucket)."""
+    staged = _staged(tensor, group_device(group))
+    started = dist.all_reduce(staged, group=group, async_op=True).get_future()
+    return started.then(lambda done: _copy_back(done.value()[0], tensor))
+
+
 class PendingExchange:
     """Point-to-point messages started by :func:`start_exchange`; :meth:`wait` completes them and
     fills the receive buffers."""

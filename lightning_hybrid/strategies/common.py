@@ -1,4 +1,5 @@
-"""Lightning glue shared by the suite's strategies: pre-launch checks and a replaced optimizer step."""
+"""Lightning glue shared by the suite's strategies: DDP with pre-launch checks, with or without the DDP
+wrapper, sync points, and a replaced optimizer step."""
 
 from __future__ import annotations
 
@@ -112,12 +113,13 @@ def unwrap_optimizer(optimizer: Any) -> torch.optim.Optimizer:
     return getattr(optimizer, "_optimizer", optimizer)
 
 
-class UnwrappedDDPStrategy(DDPStrategy):
-    """DDP's process management (launcher, process group, distributed samplers, collectives) with
-    the model left unwrapped: the subclass exchanges gradients its own way.
-
-    Subclasses implement :meth:`check_trainer` (called before the other processes start) and the
-    :class:`SyncPoints` hooks, and call :meth:`attach_sync_points` when fitting is set up.
+class CheckedDDPStrategy(DDPStrategy):
+    """Lightning's DDP with the suite's conventions: ``processes_per_device`` processes on each device,
+    the workers' backend chosen by :func:`~lightning_hybrid.comm.collectives.workers_backend`, a
+    launcher that asks the strategy to refuse what it cannot run before any other process starts
+    (:meth:`check_devices`, :meth:`check_trainer`), registry names declared as data (:attr:`aliases`),
+    and one callback of its own attached for a fit (:meth:`attach_callback`). The model is wrapped in
+    DistributedDataParallel as usual (``ddp_kwargs`` go to it).
     """
 
     #: Lightning registry names of the strategy: name -> (description, constructor arguments).
@@ -133,6 +135,7 @@ class UnwrappedDDPStrategy(DDPStrategy):
         precision_plugin: Any = None,
         process_group_backend: str | None = None,
         processes_per_device: int = 1,
+        ddp_kwargs: dict[str, Any] | None = None,
     ) -> None:
         if isinstance(processes_per_device, bool) or not isinstance(processes_per_device, int) or processes_per_device < 1:
             raise ValueError(f"processes_per_device must be a positive integer, got {processes_per_device!r}")
@@ -145,6 +148,7 @@ class UnwrappedDDPStrategy(DDPStrategy):
             precision_plugin=precision_plugin,
             process_group_backend=process_group_backend,
             start_method="popen",
+            **(ddp_kwargs or {}),
         )
         self._own_callback: Callback | None = None
         self._backend_note_logged = False
@@ -186,6 +190,28 @@ class UnwrappedDDPStrategy(DDPStrategy):
         assert self.cluster_environment is not None
         self._launcher = CheckingLauncher(self, self.cluster_environment, self.num_processes, self.num_nodes)
 
+    def attach_callback(self, trainer: pl.Trainer, callback: Callback) -> None:
+        """Run ``callback`` during this fit, before the user's callbacks (removed at teardown)."""
+        self._own_callback = callback
+        trainer.callbacks.insert(0, callback)
+
+    def teardown(self) -> None:
+        module = self.lightning_module
+        if self._own_callback is not None and module is not None and module._trainer is not None:
+            if self._own_callback in module.trainer.callbacks:
+                module.trainer.callbacks.remove(self._own_callback)
+        self._own_callback = None
+        super().teardown()
+
+
+class UnwrappedDDPStrategy(CheckedDDPStrategy):
+    """DDP's process management (launcher, process group, distributed samplers, collectives) with
+    the model left unwrapped: the subclass exchanges gradients its own way.
+
+    Subclasses implement :meth:`check_trainer` (called before the other processes start) and the
+    :class:`SyncPoints` hooks, and call :meth:`attach_sync_points` when fitting is set up.
+    """
+
     def _setup_model(self, model: torch.nn.Module) -> torch.nn.Module:
         return model  # no DDP wrapper
 
@@ -194,8 +220,7 @@ class UnwrappedDDPStrategy(DDPStrategy):
 
     def attach_sync_points(self, trainer: pl.Trainer) -> None:
         """Call this strategy's sync hooks during this fit, before the user's callbacks."""
-        self._own_callback = SyncPoints(self)
-        trainer.callbacks.insert(0, self._own_callback)
+        self.attach_callback(trainer, SyncPoints(self))
 
     def on_sync_start(self, trainer: pl.Trainer) -> None:
         """Training starts."""
@@ -208,14 +233,6 @@ class UnwrappedDDPStrategy(DDPStrategy):
 
     def on_sync_end(self) -> None:
         """Fitting ends."""
-
-    def teardown(self) -> None:
-        module = self.lightning_module
-        if self._own_callback is not None and module is not None and module._trainer is not None:
-            if self._own_callback in module.trainer.callbacks:
-                module.trainer.callbacks.remove(self._own_callback)
-        self._own_callback = None
-        super().teardown()
 
 
 class RoutedEvaluation:

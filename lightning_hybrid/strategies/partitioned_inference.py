@@ -9,7 +9,6 @@ validate and test, and the per-layer accounting is gathered when a loop ends.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -19,7 +18,7 @@ from pytorch_lightning.trainer.states import TrainerFn
 from pytorch_lightning.utilities.rank_zero import rank_zero_info
 
 from lightning_hybrid.comm.collectives import all_gather_object
-from lightning_hybrid.devices import REFERENCE_ABILITY_FLOPS, macs_per_unit, probe_speed
+from lightning_hybrid.devices import REFERENCE_ABILITY_FLOPS, macs_per_unit, positive_per_device, probe_speed
 from lightning_hybrid.partition.executor import DistributedExecutor, LayerTraffic
 from lightning_hybrid.partition.network import FC_PARTITIONS, PartitionPlan, plan_partition
 from lightning_hybrid.partition.spatial import CONV_PARTITIONS, PartitionError
@@ -33,15 +32,9 @@ def check_abilities(abilities: Sequence[float] | None, workers: int | None = Non
     """The abilities as floats, or a ValueError saying what is wrong (count, sign)."""
     if abilities is None:
         return None
-    values = [float(a) for a in abilities]
-    if not values or any(not (v > 0 and math.isfinite(v)) for v in values):
-        raise ValueError(f"abilities must be positive finite numbers, one per worker; got {list(abilities)}")
-    if workers is not None and len(values) != workers:
-        raise ValueError(
-            f"{len(values)} abilities for {workers} workers: give one per worker (trainer devices x nodes), "
-            "or abilities=None to measure them"
-        )
-    return values
+    return positive_per_device(
+        abilities, "abilities", workers, per="worker", instead=" (trainer devices x nodes), or abilities=None to measure them"
+    )
 
 
 class PartitionedInferenceStrategy(RoutedEvaluation, UnwrappedDDPStrategy):

@@ -67,6 +67,14 @@ def test_allreduce_asgd_delay_zero_with_two_processes_on_one_gpu_equals_one_proc
     assert_params_equal(load(tmp_path / "rank0.pt"), single_process_reference, **CROSS)
 
 
+def test_balanced_with_unequal_shares_on_one_gpu_equals_one_process(tmp_path, single_process_reference):
+    """Shares 8 and 24 of the global batch 32, rebalanced from measured speeds mid-epoch (rank 1 slowed)."""
+    run_train_script(tmp_path, "--strategy", "balanced", "--speeds", "1,3", "--measure-steps", "2", "--rebalance-every",
+                     "3", "--slowdown", "1,3", *SHARED, "--batch-size", "16")
+    assert_params_equal(load(tmp_path / "rank0.pt"), single_process_reference, **CROSS)
+    assert json.loads((tmp_path / "balanced.json").read_text())["history"][-1]["speed"][1] > 0
+
+
 @pytest.mark.parametrize("variant", [["--staleness", "3", "--sync", "delay"], ["--staleness", "2", "--sync", "bounded"],
                                      ["--staleness", "inf"]], ids=["ssp", "ssp_bounded", "ssp_async"])
 def test_ssp_variants_train_on_one_gpu(tmp_path, variant):
@@ -83,7 +91,8 @@ def test_one_process_on_one_gpu(tmp_path, strategy):
 
 
 @pytest.mark.parametrize("strategy", [["--strategy", "ssp", "--staleness", "2"], ["--strategy", "cneural", "--lr", "1.0"],
-                                      ["--strategy", "asgd", "--delay", "1"]], ids=["ssp", "cneural", "allreduce_asgd"])
+                                      ["--strategy", "asgd", "--delay", "1"], ["--strategy", "balanced", "--speeds", "1,3"]],
+                         ids=["ssp", "cneural", "allreduce_asgd", "balanced"])
 def test_bf16_mixed(tmp_path, strategy):
     run_train_script(tmp_path, *strategy, *SHARED, "--precision", "bf16-mixed", "--epochs", "2")
     assert json.loads((tmp_path / "summary.json").read_text())["val_acc"] > 0.5
@@ -98,6 +107,13 @@ def test_ssp_staleness_zero_on_two_gpus_equals_ddp(tmp_path):
     ddp = load(tmp_path / "ddp" / "rank0.pt")
     assert_params_equal(load(tmp_path / "ssp" / "rank0.pt"), ddp, rtol=1e-5, atol=1e-6)
     assert_params_equal(load(tmp_path / "asgd" / "rank0.pt"), ddp, rtol=1e-5, atol=1e-6)
+
+
+@two_gpus
+def test_balanced_on_two_gpus_over_nccl_equals_one_process(tmp_path, single_process_reference):
+    run_train_script(tmp_path, "--strategy", "balanced", "--speeds", "1,3", "--measure-steps", "2", "--rebalance-every",
+                     "3", "--slowdown", "1,3", *GPU, "--devices", "2", "--batch-size", "16")
+    assert_params_equal(load(tmp_path / "rank0.pt"), single_process_reference, **CROSS)
 
 
 # ---------------------------------------------------------------------- pipeline and partitioned inference
