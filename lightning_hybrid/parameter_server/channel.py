@@ -6,14 +6,18 @@ gloo group built on the run's rendezvous store (``MASTER_ADDR:MASTER_PORT``, und
 server rank 0, worker ``w`` rank ``w + 1``. It reaches across hosts exactly as the default group
 does, so the same code runs on one box and on a cluster. It carries CPU tensors
 (:data:`~lightning_hybrid.comm.collectives.SIDE_CHANNEL_DEVICE`) whatever the workers train on:
-messages of :mod:`~lightning_hybrid.parameter_server.protocol` and their payloads.
+messages of :mod:`~lightning_hybrid.parameter_server.protocol` with their payloads, one buffer each
+(:class:`Mailbox`).
 """
 
 from __future__ import annotations
 
 import datetime
 import io
+import itertools
 import pickle
+import queue
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -50,30 +54,129 @@ def recv(pg: dist.ProcessGroup, tensor: torch.Tensor, src: int, tag: int) -> tor
     return tensor
 
 
-def send_message(pg: dist.ProcessGroup, message: Message, dst: int, payloads: Sequence[torch.Tensor] = (),
-                 reply: bool = False) -> None:
-    """Send a request (or, with ``reply``, a reply) and its payloads to channel rank ``dst``."""
-    send(pg, encode(message), dst, TAG_REPLY if reply else TAG_REQUEST)
-    for payload in payloads:
-        send(pg, payload, dst, TAG_REPLY_PAYLOAD if reply else TAG_REQUEST_PAYLOAD)
+#: Payload room every mailbox has beyond the parameters: learning rates of up to 64 parameter
+#: groups and a batch of up to 65,536 sample indices travel in the message itself.
+_SPARE = 8 * 64 + 8 * 65536
+_HEADER_BYTES = 8 * HEADER_LEN
 
 
-def receive_reply(pg: dist.ProcessGroup, src: int) -> Message:
-    header = torch.empty(HEADER_LEN, dtype=torch.int64)
-    return decode(recv(pg, header, src, TAG_REPLY))
+def capacity_for(num_params: int) -> int:
+    """Bytes of the one-message buffer of a mailbox whose model has ``num_params`` parameters."""
+    return _HEADER_BYTES + _SPARE + 4 * num_params
 
 
-def receive_request(pg: dist.ProcessGroup) -> tuple[int, Message]:
-    """The next request from whichever rank sends first: ``(that rank, the request)``."""
-    header = torch.empty(HEADER_LEN, dtype=torch.int64)
-    work = pg.recv_anysource([header], TAG_REQUEST)
-    work.wait()
-    return work._source_rank(), decode(header)
+def _padded(nbytes: int) -> int:
+    return -(-nbytes // 8) * 8
 
 
-def receive_payload(pg: dist.ProcessGroup, tensor: torch.Tensor, src: int, reply: bool) -> torch.Tensor:
-    """Receive a payload of a request (or, with ``reply``, of a reply) into ``tensor``."""
-    return recv(pg, tensor, src, TAG_REPLY_PAYLOAD if reply else TAG_REQUEST_PAYLOAD)
+class Payload:
+    """A received message's payload, read front to back (each tensor 8-byte aligned). The tensors
+    read are views of the mailbox's buffer, valid until its next receive: copy what you keep."""
+
+    def __init__(self, data: torch.Tensor) -> None:
+        self.data, self.offset = data, 0
+
+    def take(self, dtype: torch.dtype, count: int) -> torch.Tensor:
+        nbytes = count * torch.empty((), dtype=dtype).element_size()
+        piece = self.data[self.offset : self.offset + nbytes].view(dtype)
+        self.offset += _padded(nbytes)
+        return piece
+
+
+class Mailbox:
+    """One end of the side channel. A message's header and payload tensors travel packed into one
+    buffer, one message each way per request (a message per tensor costs a wake-up of the other
+    process each, which on busy cores is most of a round trip); a payload larger than the
+    receiver's buffer (:func:`capacity_for` the model's size) follows in a second message.
+
+    Both ends size their buffers from the parameter count they know (:meth:`grow`): the server at
+    ``Init``, a worker from its own model.
+    """
+
+    def __init__(self, pg: dist.ProcessGroup, num_params: int = 0) -> None:
+        self.pg = pg
+        self._buffer = torch.empty(0, dtype=torch.uint8)
+        self.grow(num_params)
+
+    @property
+    def capacity(self) -> int:
+        return self._buffer.numel()
+
+    def grow(self, num_params: int) -> None:
+        """Make room for messages of a model of ``num_params`` parameters (the other end does the same)."""
+        if capacity_for(num_params) > self.capacity:
+            self._buffer = torch.empty(capacity_for(num_params), dtype=torch.uint8)
+
+    def send(self, message: Message, dst: int, payloads: Sequence[torch.Tensor] = (), reply: bool = False) -> None:
+        """Send ``message`` and its payload tensors to channel rank ``dst`` (a reply with ``reply``)."""
+        sizes = [_padded(t.numel() * t.element_size()) for t in payloads]
+        total = sum(sizes)
+        inline = _HEADER_BYTES + total <= self.capacity
+        packed = torch.empty(_HEADER_BYTES + (total if inline else 0), dtype=torch.uint8)
+        packed[:_HEADER_BYTES] = encode(message, total, inline).view(torch.uint8)
+        body = packed[_HEADER_BYTES:] if inline else torch.empty(total, dtype=torch.uint8)
+        offset = 0
+        for tensor, size in zip(payloads, sizes):
+            flat = tensor.detach().to(SIDE_CHANNEL_DEVICE).contiguous().view(-1).view(torch.uint8)
+            body[offset : offset + flat.numel()] = flat
+            offset += size
+        send(self.pg, packed, dst, TAG_REPLY if reply else TAG_REQUEST)
+        if not inline:
+            send(self.pg, body, dst, TAG_REPLY_PAYLOAD if reply else TAG_REQUEST_PAYLOAD)
+
+    def receive(self, src: int, reply: bool = False) -> tuple[Message, Payload]:
+        """The next request (or, with ``reply``, reply) from channel rank ``src``: ``(message, payload)``."""
+        buffer = self._buffer  # grow() may replace it while this waits (the server's inbox threads)
+        recv(self.pg, buffer, src, TAG_REPLY if reply else TAG_REQUEST)
+        message, nbytes, inline = decode(buffer[:_HEADER_BYTES].view(torch.int64))
+        if inline:
+            return message, Payload(buffer[_HEADER_BYTES : _HEADER_BYTES + nbytes])
+        body = recv(self.pg, torch.empty(nbytes, dtype=torch.uint8), src, TAG_REPLY_PAYLOAD if reply else TAG_REQUEST_PAYLOAD)
+        return message, Payload(body)
+
+
+class Inbox:
+    """The server's end: a :class:`Mailbox` per worker, each received into by a thread of its own,
+    so that a request arrives as one message from whichever worker sends (gloo's receive-from-any
+    costs a round trip of its own for a large message), and the next receive is posted before the
+    worker can send again (a message that finds no receive posted waits for one). A worker has one
+    request outstanding at a time, so each mailbox alternates between two buffers: a payload stays
+    valid while the request after it arrives."""
+
+    def __init__(self, pg: dist.ProcessGroup, workers: int) -> None:
+        self.mailboxes = [Mailbox(pg) for _ in range(workers)]
+        self._spares = [Mailbox(pg) for _ in range(workers)]  # the second buffer of each worker
+        self._ready: queue.Queue[tuple[int, Message | None, Payload | BaseException]] = queue.Queue()
+        for worker in range(workers):
+            threading.Thread(target=self._listen, args=(worker,), daemon=True, name=f"ps-inbox-{worker}").start()
+
+    def _listen(self, worker: int) -> None:
+        boxes = (self.mailboxes[worker], self._spares[worker])
+        for turn in itertools.count():
+            try:
+                message, payload = boxes[turn % 2].receive(worker + 1)
+            except BaseException as err:  # the worker is gone: the server learns it from the queue
+                self._ready.put((worker, None, err))
+                return
+            self._ready.put((worker, message, payload))
+
+    def grow(self, num_params: int) -> None:
+        for mailbox in (*self.mailboxes, *self._spares):
+            mailbox.grow(num_params)
+
+    def next(self, timeout: float | None = None) -> tuple[int, Message, Payload] | None:
+        """The next request: ``(worker, message, payload)``, or None when ``timeout`` seconds pass
+        first; raises what broke a worker's connection."""
+        try:
+            worker, message, payload = self._ready.get(timeout=timeout)
+        except queue.Empty:
+            return None
+        if message is None:
+            raise payload
+        return worker, message, payload
+
+    def send(self, message: Message, worker: int, payloads: Sequence[torch.Tensor] = ()) -> None:
+        self.mailboxes[worker].send(message, worker + 1, payloads, reply=True)
 
 
 def to_bytes(obj: Any) -> torch.Tensor:

@@ -36,27 +36,29 @@ class ParameterServerClient:
     """Requests from worker ``worker`` (of the Lightning world) to the server over the side channel."""
 
     def __init__(self, pg, worker: int) -> None:
-        self.pg = pg
+        self.mailbox = channel.Mailbox(pg)
         self.worker = worker
+        self._payload: channel.Payload | None = None  # the last reply's
 
     def _request(self, request: Message, expected: type[Message], payloads: Sequence[torch.Tensor] = ()) -> Any:
         try:
-            channel.send_message(self.pg, request, 0, payloads)
-            reply = channel.receive_reply(self.pg, 0)
+            self.mailbox.send(request, 0, payloads)
+            reply, self._payload = self.mailbox.receive(0, reply=True)
         except RuntimeError as err:
             raise ChannelClosedError(
                 f"worker {self.worker}: no answer from the parameter server to {type(request).__name__} ({err}). The "
                 "server died, or a worker it waits for died or stalled past the timeout; see the other processes' errors."
             ) from err
         if isinstance(reply, Refused):
-            text = bytes(self._receive(torch.empty(reply.nbytes, dtype=torch.uint8)).tolist()).decode()
+            text = bytes(self._take(torch.uint8, reply.nbytes).tolist()).decode()
             raise RuntimeError(f"parameter server refused {type(request).__name__.upper()} from worker {self.worker}: {text}")
         if not isinstance(reply, expected):
             raise RuntimeError(f"the parameter server answered {type(request).__name__} with {type(reply).__name__}")
         return reply
 
-    def _receive(self, tensor: torch.Tensor) -> torch.Tensor:
-        return channel.receive_payload(self.pg, tensor, 0, reply=True)
+    def _take(self, dtype: torch.dtype, count: int) -> torch.Tensor:
+        """The next tensor of the last reply's payload (a view: copy what you keep)."""
+        return self._payload.take(dtype, count)
 
     def init(self, optimizer: torch.optim.Optimizer) -> int:
         """Send the optimizer with its parameters and state (worker 0 only); return the parameter count."""
@@ -66,13 +68,13 @@ class ParameterServerClient:
     def next_chunk(self, epoch: int, dataset: DatasetShape) -> torch.Tensor | None:
         """The next sample indices to train on this epoch, or None when the epoch is done."""
         reply = self._request(NextChunk.of(epoch, dataset), Chunk)
-        return self._receive(torch.empty(reply.length, dtype=torch.int64)) if reply.length else None
+        return self._take(torch.int64, reply.length).clone() if reply.length else None
 
     def _receive_params(self, reply: Parameters, out: torch.Tensor) -> PullInfo:
-        self._receive(out)
+        out.copy_(self._take(torch.float32, out.numel()))
         info = PullInfo(reply.version, reply.staleness, reply.gap, reply.max_gap, reply.global_syncs, stop=bool(reply.stop))
         if reply.chunk > 0:
-            info.chunk = self._receive(torch.empty(reply.chunk, dtype=torch.int64))
+            info.chunk = self._take(torch.int64, reply.chunk).clone()
         info.epoch_over = reply.chunk < 0
         return info
 
@@ -94,6 +96,7 @@ class ParameterServerClient:
         ``read_version``: the server step of the parameters the gradient was computed at (default:
         the last parameters this worker received).
         """
+        self.mailbox.grow(out.numel())
         lr_tensor = torch.tensor(list(lrs), dtype=torch.float64)
         want = -1 if next_chunk_of_epoch is None else next_chunk_of_epoch
         read = -1 if read_version is None else read_version
@@ -102,12 +105,13 @@ class ParameterServerClient:
 
     def finish(self, out: torch.Tensor) -> PullInfo:
         """Report the end of this worker's epoch; block until every worker has; parameters into ``out``."""
+        self.mailbox.grow(out.numel())
         return self._receive_params(self._request(Finish(), Parameters), out)
 
     def optimizer_state(self) -> dict[str, Any]:
         """The server's optimizer state dict."""
         reply = self._request(GetState(), State)
-        return channel.from_bytes(self._receive(torch.empty(reply.nbytes, dtype=torch.uint8)))
+        return channel.from_bytes(self._take(torch.uint8, reply.nbytes))
 
     def shutdown(self) -> None:
         self._request(Shutdown(), Bye)

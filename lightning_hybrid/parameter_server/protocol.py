@@ -1,10 +1,11 @@
 """The parameter server's wire protocol: typed requests and replies, and the server's settings.
 
-A message is a fixed-size int64 header (the message's op code, then its fields) followed by the
-payload tensors its fields describe, each sent on its own tag over the side channel
-(:mod:`~lightning_hybrid.parameter_server.channel`). Every message is a frozen dataclass of ints;
-:func:`encode` and :func:`decode` turn one into a header and back, so neither end handles op codes
-or field positions. What each request does is described in :mod:`~lightning_hybrid.parameter_server.server`.
+A message is a fixed-size int64 header (the message's op code, its fields, the size of its
+payload) and the payload tensors its fields describe, packed into one buffer and sent as one
+message over the side channel (:mod:`~lightning_hybrid.parameter_server.channel`; a payload larger
+than the receiver's buffer follows in a second message). Every message is a frozen dataclass of
+ints; :func:`encode` and :func:`decode` turn one into a header and back, so neither end handles op
+codes or field positions. What each request does is described in :mod:`~lightning_hybrid.parameter_server.server`.
 
 Requests (worker -> server) and the reply each gets:
 
@@ -37,7 +38,10 @@ import torch
 
 from lightning_hybrid.parameter_server.sync_controller import validate_staleness
 
-HEADER_LEN = 8
+#: int64 slots of a header: the op code, up to :data:`MAX_FIELDS` fields, then the payload's bytes and
+#: whether the payload came in the same message (1) or follows in a message of its own (0).
+HEADER_LEN = 10
+MAX_FIELDS = HEADER_LEN - 3
 TAG_REQUEST, TAG_REQUEST_PAYLOAD, TAG_REPLY, TAG_REPLY_PAYLOAD = 11, 12, 13, 14
 
 
@@ -183,21 +187,23 @@ MESSAGES: dict[int, type[Message]] = {
 }
 
 
-def encode(message: Message) -> torch.Tensor:
-    """The header of ``message``: its op code, then its fields in order, zero-padded."""
+def encode(message: Message, payload_bytes: int = 0, inline: bool = True) -> torch.Tensor:
+    """The header of ``message``: its op code, its fields in order, zero-padded, then the size of
+    its payload and whether the payload is in the same message."""
     values = [message.op, *(int(getattr(message, f.name)) for f in fields(message))]
-    if len(values) > HEADER_LEN:
-        raise ValueError(f"{type(message).__name__} has {len(values) - 1} fields; a header holds {HEADER_LEN - 1}")
-    return torch.tensor(values + [0] * (HEADER_LEN - len(values)), dtype=torch.int64)
+    if len(values) > 1 + MAX_FIELDS:
+        raise ValueError(f"{type(message).__name__} has {len(values) - 1} fields; a header holds {MAX_FIELDS}")
+    values += [0] * (1 + MAX_FIELDS - len(values))
+    return torch.tensor(values + [payload_bytes, int(inline)], dtype=torch.int64)
 
 
-def decode(header: torch.Tensor) -> Message:
-    """The message a header holds (a ValueError for an unknown op code)."""
+def decode(header: torch.Tensor) -> tuple[Message, int, bool]:
+    """``(message, payload bytes, payload inline)`` from a header (a ValueError for an unknown op code)."""
     values = header.tolist()
     cls = MESSAGES.get(values[0])
     if cls is None:
         raise ValueError(f"unknown parameter-server message op {values[0]}")
-    return cls(*values[1 : 1 + len(fields(cls))])
+    return cls(*values[1 : 1 + len(fields(cls))]), values[-2], bool(values[-1])
 
 
 # ---------------------------------------------------------------------- the server's settings
@@ -216,6 +222,8 @@ class ServerSettings:
             (:class:`~lightning_hybrid.parameter_server.update_rule.UpdateRule`; staleness > 0 only).
         max_steps: optimizer steps after which the server stops the run (-1: no limit); pushes
             after the last step are not applied.
+        step_patience: how long a push that does not complete an update may wait for it, as a
+            fraction of the worker's push interval (:mod:`~lightning_hybrid.parameter_server.step_wait`).
     """
 
     host: str
@@ -229,6 +237,7 @@ class ServerSettings:
     staleness_lr: bool = False
     momentum_correction: bool = False
     max_steps: int = -1
+    step_patience: float = 0.0
 
     def __post_init__(self) -> None:
         if self.workers < 1:

@@ -32,6 +32,7 @@ error. It also exits when the process that started it dies.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import subprocess
 import sys
@@ -44,12 +45,14 @@ import torch
 
 from lightning_hybrid.comm.flat import flatten_in_place
 from lightning_hybrid.parameter_server import channel
+from lightning_hybrid.parameter_server.channel import Payload
 from lightning_hybrid.parameter_server.dispenser import ChunkDispenser
 from lightning_hybrid.parameter_server.protocol import (
     Bye, Chunk, Finish, GetState, Init, Initialized, Message, NextChunk, Parameters, Push, Refused, ServerSettings,
     Shutdown, State,
 )
 from lightning_hybrid.parameter_server.sync_controller import Decision, SyncController
+from lightning_hybrid.parameter_server.step_wait import StepWaits
 from lightning_hybrid.parameter_server.update_rule import UpdateRule
 
 log = logging.getLogger(__name__)
@@ -73,12 +76,13 @@ class ParameterServer:
     after ``max_steps`` steps (``-1``: no limit) no push is applied and every reply says stop."""
 
     def __init__(self, pg, num_workers: int, staleness: float, sync: str, rule: UpdateRule | None = None,
-                 max_steps: int = -1) -> None:
-        self.pg = pg
+                 max_steps: int = -1, step_patience: float = 0.0) -> None:
+        self.inbox = channel.Inbox(pg, num_workers)
         self.num_workers = num_workers
         self.controller = SyncController(num_workers, staleness, sync)
         self.rule = rule or UpdateRule()
         self.max_steps = max_steps
+        self.waits = StepWaits(num_workers, step_patience)
         self._configured_momentum: list[float | None] = []
         self.opt: Optimization | None = None
         self.dispenser: ChunkDispenser | None = None
@@ -90,7 +94,7 @@ class ParameterServer:
 
     # ---------------------------------------------------------------- replies
     def _reply(self, worker: int, message: Message, *payloads: torch.Tensor) -> None:
-        channel.send_message(self.pg, message, worker + 1, payloads, reply=True)
+        self.inbox.send(message, worker, payloads)
 
     def _refuse(self, worker: int, text: str) -> None:
         data = torch.frombuffer(bytearray(text.encode()), dtype=torch.uint8)
@@ -121,20 +125,18 @@ class ParameterServer:
             return None
         return self.dispenser.next_chunk(worker)
 
-    def _receive(self, worker: int, tensor: torch.Tensor) -> torch.Tensor:
-        return channel.receive_payload(self.pg, tensor, worker + 1, reply=False)
-
     def _optimization(self, worker: int) -> Optimization:
         if self.opt is None:
             raise RuntimeError(f"worker {worker} needs the optimizer before worker 0 sent it (Init)")
         return self.opt
 
     # ---------------------------------------------------------------- handlers
-    def handle_init(self, worker: int, request: Init) -> None:
-        config = channel.from_bytes(self._receive(worker, torch.empty(request.nbytes, dtype=torch.uint8)))
+    def handle_init(self, worker: int, request: Init, payload: Payload) -> None:
+        config = channel.from_bytes(payload.take(torch.uint8, request.nbytes))
         optimizer: torch.optim.Optimizer = config["optimizer"]
         params = [p for group in optimizer.param_groups for p in group["params"]]
         flat_params, flat_grads = flatten_in_place(params)
+        self.inbox.grow(flat_params.numel())
         round_sum = torch.zeros_like(flat_grads) if self.controller.bsp else None
         self.opt = Optimization(optimizer, flat_params, flat_grads, round_sum)
         self._configured_momentum = [group.get("momentum") for group in optimizer.param_groups]
@@ -144,7 +146,7 @@ class ParameterServer:
         )
         self._reply(worker, Initialized(flat_params.numel()))
 
-    def handle_next_chunk(self, worker: int, request: NextChunk) -> None:
+    def handle_next_chunk(self, worker: int, request: NextChunk, payload: Payload) -> None:
         if self.dispenser is None:
             shape = request.dataset
             self.dispenser = ChunkDispenser(
@@ -162,13 +164,12 @@ class ParameterServer:
         else:
             self._reply(worker, Chunk(chunk.numel()), chunk)
 
-    def handle_push(self, worker: int, request: Push) -> None:
-        # Receive the whole message first, so that a refusal never leaves the worker blocked in a send.
-        lrs = self._receive(worker, torch.empty(request.num_groups, dtype=torch.float64))
-        opt = self.opt
-        fits = opt is not None and request.numel == opt.flat_grads.numel()
-        grads = self._receive(worker, torch.empty(request.numel))
+    def handle_push(self, worker: int, request: Push, payload: Payload) -> None:
+        self.waits.pushed(worker, time.monotonic())
+        lrs = payload.take(torch.float64, request.num_groups)
+        grads = payload.take(torch.float32, request.numel)  # a view of the mailbox: used before the next receive
         opt = self._optimization(worker)
+        fits = request.numel == opt.flat_grads.numel()
         if not fits:
             raise RuntimeError(
                 f"worker {worker} pushed {request.numel} gradient values; the server holds {opt.flat_grads.numel()} parameters"
@@ -185,13 +186,17 @@ class ParameterServer:
         elif self.rule.add(grads, staleness, request.weight):
             opt.flat_grads.copy_(self.rule.take_average())
             self._step()
+            for w in self.waits.release_all():  # they waited for this step
+                self._send_params(w, with_chunk=True)
         self._last_staleness[worker] = staleness  # reported back with the parameters
         if request.chunk_epoch >= 0:  # the worker's next batch travels with its parameters: no extra round trip
             self._chunk_wanted[worker] = request.chunk_epoch
-        self._apply(self.controller.push(worker))
+        self._apply(self.controller.push(worker), pusher=worker)
 
-    def handle_finish(self, worker: int, request: Finish) -> None:
+    def handle_finish(self, worker: int, request: Finish, payload: Payload) -> None:
         self._optimization(worker)
+        for w in self.waits.release_all():  # a worker that finished will not complete their step
+            self._send_params(w, with_chunk=True)
         self.finished.add(worker)
         self._apply(self.controller.finish(worker))
         if self.controller.all_finished:
@@ -201,7 +206,7 @@ class ParameterServer:
             self.finished.clear()
             self.controller.new_epoch()
 
-    def handle_get_state(self, worker: int, request: GetState) -> None:
+    def handle_get_state(self, worker: int, request: GetState, payload: Payload) -> None:
         data = channel.to_bytes(self._optimization(worker).optimizer.state_dict())
         self._reply(worker, State(data.numel()), data)
 
@@ -213,7 +218,7 @@ class ParameterServer:
         self.opt.optimizer.step()
         self.version += 1
 
-    def _apply(self, decision: Decision) -> None:
+    def _apply(self, decision: Decision, pusher: int | None = None) -> None:
         opt = self.opt
         if decision.apply_round and opt.round_weight:
             opt.flat_grads.copy_(opt.round_sum).div_(opt.round_weight)
@@ -222,7 +227,22 @@ class ParameterServer:
             opt.round_sum.zero_()
             opt.round_weight = 0
         for w in decision.release:
+            if w == pusher and self._wait_for_step(w):
+                continue
             self._send_params(w, with_chunk=True)
+
+    def _wait_for_step(self, worker: int) -> bool:
+        """Hold ``worker``'s reply for the next step, when its peers are expected to complete it soon."""
+        if self.controller.bsp or self.stopped or not self.rule.pending:
+            return False
+        c = self.controller
+        peers = [w for w in c.active if w != worker and w not in c.held and w not in self.waits.held]
+        needed = math.ceil(self.rule.pushes_per_update - self.rule.pending - 1e-9)
+        deadline = self.waits.deadline(worker, needed, peers, time.monotonic())
+        if deadline is None:
+            return False
+        self.waits.held[worker] = deadline
+        return True
 
     def serve(self) -> None:
         """Answer requests until ``Shutdown``. A failing request is answered with ``Refused``, then re-raised."""
@@ -231,8 +251,13 @@ class ParameterServer:
             Finish: self.handle_finish, GetState: self.handle_get_state,
         }
         while True:
-            source, request = channel.receive_request(self.pg)
-            worker = source - 1
+            deadline = self.waits.next_deadline()
+            received = self.inbox.next(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            for w in self.waits.due(time.monotonic()):
+                self._send_params(w, with_chunk=True)
+            if received is None:
+                continue
+            worker, request, payload = received
             if isinstance(request, Shutdown):
                 self._reply(worker, Bye())
                 return
@@ -240,7 +265,7 @@ class ParameterServer:
                 handler = handlers.get(type(request))
                 if handler is None:
                     raise RuntimeError(f"{type(request).__name__} is not a request")
-                handler(worker, request)
+                handler(worker, request, payload)
             except Exception as err:
                 self._refuse(worker, f"{type(err).__name__}: {err}")
                 raise
@@ -287,7 +312,8 @@ def main() -> None:
     torch.set_num_threads(1)
     pg = channel.open_channel(settings.host, settings.port, settings.prefix, 0, settings.workers + 1, settings.timeout)
     rule = UpdateRule(settings.pushes_per_update, settings.staleness_lr, settings.momentum_correction)
-    ParameterServer(pg, settings.workers, settings.staleness, settings.sync, rule, settings.max_steps).serve()
+    ParameterServer(pg, settings.workers, settings.staleness, settings.sync, rule, settings.max_steps,
+                    settings.step_patience).serve()
 
 
 if __name__ == "__main__":

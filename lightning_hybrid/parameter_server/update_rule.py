@@ -17,7 +17,8 @@ switchable for comparison:
   "Asynchrony begets momentum"): staleness acts like extra momentum; with a mean staleness of
   ``E[tau]`` steps (geometric) the implicit momentum is ``E[tau] / (1 + E[tau])``. The server lowers
   the optimizer's explicit momentum (SGD's ``momentum``) by that much, never below 0, so the total
-  stays the momentum the user configured. ``E[tau]`` is a running mean of the measured staleness.
+  stays the momentum the user configured. ``E[tau]`` is a running mean of the measured staleness,
+  each weighted as its gradient is in the step (a gradient that counts ``1 / tau`` adds less).
 
 With ``pushes_per_update=1``, ``staleness_lr=False`` and ``momentum_correction=False`` every push is
 a step at the user's learning rate and momentum (the rule before, and Zhang et al. 2017's).
@@ -56,6 +57,8 @@ class UpdateRule:
     momentum_correction: bool = False
     staleness_decay: float = 0.05
     mean_staleness: float = field(default=0.0, init=False)
+    _weighted_staleness: float = field(default=0.0, init=False, repr=False)
+    _weights: float = field(default=0.0, init=False, repr=False)
     _sum: torch.Tensor | None = field(default=None, init=False, repr=False)
     _weight: int = field(default=0, init=False)
 
@@ -73,8 +76,12 @@ class UpdateRule:
     def add(self, gradient: torch.Tensor, staleness: int, weight: int = 1) -> bool:
         """Accumulate a pushed gradient (the mean over its mini-batch) computed ``staleness`` optimizer
         steps ago; return whether a step is due."""
-        self.mean_staleness += self.staleness_decay * (staleness - self.mean_staleness)
         scale = weight / max(1, staleness) if self.staleness_lr else weight
+        # The implicit momentum comes from the updates as applied: each staleness counts with the
+        # weight its gradient gets in the step.
+        self._weighted_staleness += self.staleness_decay * (scale * staleness - self._weighted_staleness)
+        self._weights += self.staleness_decay * (scale - self._weights)
+        self.mean_staleness = self._weighted_staleness / self._weights
         if self._sum is None:
             self._sum = torch.zeros_like(gradient)
         self._sum.add_(gradient, alpha=float(scale))
