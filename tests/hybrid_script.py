@@ -37,6 +37,29 @@ def make_module(lr: float, momentum: float, model: str = "lenet5") -> Classifier
     return ClassifierModule(net, optimizer=partial(torch.optim.SGD, lr=lr, momentum=momentum))
 
 
+class PlainClassifier(pl.LightningModule):
+    """A LightningModule without the pipeline protocol: its model is one nn.Sequential, its loss an attribute."""
+
+    def __init__(self, net: torch.nn.Sequential, lr: float, momentum: float) -> None:
+        super().__init__()
+        self.model, self.loss_fn, self.lr, self.momentum = net, torch.nn.CrossEntropyLoss(), lr, momentum
+
+    def forward(self, x):
+        return self.model(x)
+
+    def training_step(self, batch, batch_idx):
+        return self.loss_fn(self(batch[0]), batch[1])
+
+    def validation_step(self, batch, batch_idx):
+        self.log("val/loss", self.loss_fn(self(batch[0]), batch[1]))
+
+    def predict_step(self, batch, batch_idx, dataloader_idx=0):
+        return self(batch[0]).argmax(dim=1)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=self.lr, momentum=self.momentum)
+
+
 class RecordFirstStep(pl.Callback):
     def __init__(self, out: Path) -> None:
         self.out, self.done = out, False
@@ -74,6 +97,7 @@ def main() -> None:
     parser.add_argument("--accelerator", default="cpu")
     parser.add_argument("--precision", default="32-true")
     parser.add_argument("--processes-per-device", type=int, default=1)
+    parser.add_argument("--plain", action="store_true", help="a plain LightningModule (PlainClassifier)")
     args = parser.parse_args()
     torch.set_num_threads(threads_per_process(args.stages * args.dp))
     args.out.mkdir(parents=True, exist_ok=True)
@@ -94,6 +118,8 @@ def main() -> None:
         precision=args.precision,
     )
     module = make_module(args.lr, args.momentum, args.model)
+    if args.plain:
+        module = PlainClassifier(module.net, args.lr, args.momentum)
     data = make_data(args.samples, args.model)
     train = DataLoader(data, batch_size=args.batch, shuffle=True)
     val = DataLoader(data, batch_size=args.batch)

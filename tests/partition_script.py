@@ -24,6 +24,20 @@ class LogitsClassifier(ClassifierModule):
         return self(batch[0])
 
 
+class PlainModule(pl.LightningModule):
+    """A LightningModule without the pipeline protocol or a loss: its model is one nn.Sequential."""
+
+    def __init__(self, net: torch.nn.Sequential) -> None:
+        super().__init__()
+        self.model = net
+
+    def forward(self, x):
+        return self.model(x)
+
+    def predict_step(self, batch, batch_idx, dataloader_idx=0):
+        return self(batch[0])
+
+
 def build(name: str) -> tuple[torch.nn.Module, tuple[int, ...]]:
     torch.manual_seed(0)
     if name == "lenet":
@@ -51,6 +65,7 @@ def main() -> None:
     parser.add_argument("--fc", default="mscc_fgcp")
     parser.add_argument("--accelerator", default="cpu")
     parser.add_argument("--processes-per-device", type=int, default=1)
+    parser.add_argument("--plain", action="store_true", help="a plain LightningModule (PlainModule) instead")
     args = parser.parse_args()
     abilities = [float(a) for a in args.abilities.split(",")]
     torch.set_num_threads(threads_per_process(len(abilities)))
@@ -61,7 +76,7 @@ def main() -> None:
                          enable_progress_bar=False, enable_model_summary=False)
     for name in args.models:
         net, shape = build(name)
-        module = LogitsClassifier(net, optimizer=torch.optim.SGD)
+        module = PlainModule(net) if args.plain else LogitsClassifier(net, optimizer=torch.optim.SGD)
         inputs = torch.randn(5, *shape, generator=torch.Generator().manual_seed(1))
         net.eval()
         with torch.no_grad():  # the plain model's logits, on the device the strategy runs on

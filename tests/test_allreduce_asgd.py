@@ -27,11 +27,13 @@ def load(path):
 
 
 def reference(
-    delay: int, compensation: str | None = None, dc_lambda: float = 0.04, warmup: int = 0, momentum: float = 0.0
+    delay: int, compensation: str | None = None, dc_lambda: float = 0.04, warmup: int = 0, momentum: float = 0.0,
+    halve_lr_each_epoch: bool = False,
 ) -> dict:
     """One process, plain SGD, DDP's global batches: step t's mean gradient over the global batch,
-    taken at the weights of step t, is applied (compensated) `delay` steps later; what is pending
-    at the end of each epoch is applied in order (the strategy's sync point)."""
+    taken at the weights of step t, is applied (compensated) `delay` steps later at step t's
+    learning rate; what is pending at the end of each epoch is applied in order (the strategy's sync
+    point). With ``halve_lr_each_epoch``, epoch e's steps have the rate LR / 2**e (the script's StepLR)."""
     pl.seed_everything(0)  # as tests/train_script.py: the same initial weights
     net = MLP(activation="relu")
     params = list(net.parameters())
@@ -41,19 +43,21 @@ def reference(
     pending: deque = deque()
     step = 0
 
-    def apply(grads, weights_then):
+    def apply(grads, weights_then, lr):
         for p, g, w in zip(params, grads, weights_then):
             p.grad = g + dc_lambda * g * g * (p.detach() - w) if compensation == "dc" else g.clone()
+        optimizer.param_groups[0]["lr"] = lr
         optimizer.step()
 
     for epoch in range(EPOCHS):
+        lr = LR / 2**epoch if halve_lr_each_epoch else LR
         sampler.set_epoch(epoch)
         order = list(sampler)
         for start in range(0, SAMPLES, GLOBAL_BATCH):
             idx = order[start : start + GLOBAL_BATCH]
             net.zero_grad()
             F.cross_entropy(net(x[idx]), y[idx]).backward()
-            pending.append(([p.grad.clone() for p in params], [p.detach().clone() for p in params]))
+            pending.append(([p.grad.clone() for p in params], [p.detach().clone() for p in params], lr))
             if step < warmup or len(pending) > delay:
                 apply(*pending.popleft())
             step += 1
@@ -77,17 +81,22 @@ def test_delay_zero_equals_ddp(tmp_path, tmp_path_factory):
 
 
 @pytest.mark.parametrize(
-    "delay, compensation, warmup, momentum",
-    # the plain delayed step, then every knob at once (delay 2, DC compensation, 3 warm-up steps, momentum)
-    [(1, None, 0, 0.0), (2, "dc", 3, 0.9)],
+    "delay, compensation, warmup, momentum, scheduler",
+    # the plain delayed step; every knob at once (delay 2, DC compensation, 3 warm-up steps,
+    # momentum); and an epoch-interval scheduler, whose change at an epoch's end must not reach the
+    # averages flushed at that epoch's sync point (they were computed at the old rate)
+    [(1, None, 0, 0.0, False), (2, "dc", 3, 0.9, False), (2, None, 0, 0.0, True)],
 )
-def test_delayed_application_equals_the_reference(tmp_path, delay, compensation, warmup, momentum):
+def test_delayed_application_equals_the_reference(tmp_path, delay, compensation, warmup, momentum, scheduler):
     args = ["--strategy", "asgd", "--delay", str(delay), "--warmup", str(warmup), "--dc-lambda", "0.5",
             "--batch-size", "16", "--epochs", str(EPOCHS), "--momentum", str(momentum)]
     if compensation:
         args += ["--compensation", compensation]
+    if scheduler:
+        args += ["--scheduler"]
     run_train_script(tmp_path, *args)
-    check_against(tmp_path, reference(delay, compensation, dc_lambda=0.5, warmup=warmup, momentum=momentum))
+    expected = reference(delay, compensation, dc_lambda=0.5, warmup=warmup, momentum=momentum, halve_lr_each_epoch=scheduler)
+    check_against(tmp_path, expected)
     summary = json.loads((tmp_path / "summary.json").read_text())
     # 8 optimizer steps per epoch; every average is applied exactly once, the last ones at the drain
     assert summary["pushed"] == summary["applied"] == 8 * EPOCHS
@@ -132,9 +141,24 @@ def test_bf16_mixed_precision(tmp_path, strategy):
     assert summary["val_acc"] > 0.9
 
 
-def test_delay_longer_than_an_epoch_is_refused(tmp_path):
-    proc = run_train_script(tmp_path, "--strategy", "asgd", "--delay", "8", "--epochs", "1", check=False)
-    assert proc.returncode != 0 and "is not shorter than an epoch (8 optimizer steps)" in proc.stderr
+def test_delay_as_long_as_an_epoch_applies_everything_at_its_sync_point(tmp_path):
+    proc = run_train_script(tmp_path, "--strategy", "asgd", "--delay", "8", "--epochs", "1")
+    assert "is not shorter than an epoch (8 optimizer steps" in proc.stderr
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["pushed"] == summary["applied"] == 8
+
+
+@pytest.mark.parametrize("strategy", [["--strategy", "asgd", "--delay", "1"], ["--strategy", "ssp", "--staleness", "3"]],
+                         ids=["allreduce_asgd", "ssp"])
+def test_fast_dev_run(tmp_path, strategy):
+    """One training batch per worker, one optimizer step, then one batch of validation, test and predict."""
+    proc = run_train_script(tmp_path, *strategy, "--fast-dev-run")
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["global_step"] == 1 and summary["predictions"] == 32
+    seen = [load(tmp_path / f"indices_rank{r}.pt") for r in (0, 1)]
+    assert [len(s.get(0, [])) for s in seen] == [16, 16], seen
+    if strategy[1] == "asgd":
+        assert summary["pushed"] == summary["applied"] == 1 and "set by fast_dev_run" in proc.stderr
 
 
 @pytest.mark.parametrize(

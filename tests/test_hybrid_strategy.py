@@ -123,6 +123,15 @@ def test_resume_clipping_accumulation_and_delayed_sync(tmp_path):
     assert_state_equal(reference, torch.load(tmp_path / "c" / "result.pt")["state"])
 
 
+def test_a_plain_lightning_module_is_pipelined_at_its_sequential(tmp_path):
+    """No pipeline_blocks() or pipeline_loss(): the strategy splits the module's nn.Sequential and
+    trains with its loss attribute; 2 epochs of full-batch steps equal one device's."""
+    run(tmp_path, "--plain", "--stages", "2", "--samples", "32", "--batch", "32", "--epochs", "2", "--placement", "3,4")
+    _, _, reference = reference_steps(32, 2)
+    state = torch.load(tmp_path / "result.pt")["state"]
+    assert_state_equal(reference, {k.replace("model.", "net.", 1): v for k, v in state.items()})
+
+
 def test_resattnet3d_is_pipelined_exactly(tmp_path):
     # one micro-batch: BatchNorm then normalises over the same samples as on one device
     run(tmp_path, "--model", "resattnet", "--stages", "2", "--samples", "4", "--batch", "4", "--micro", "1",
@@ -166,6 +175,14 @@ def test_bad_input_is_refused_before_processes_start():
 
     with pytest.raises(TypeError, match="implement pipeline_blocks"):
         fit_refused(HybridParallelStrategy(), NoBlocks())
+
+    class NoLoss(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.model = LeNet5()
+
+    with pytest.raises(TypeError, match=r"needs a loss.*pipeline_loss\(output, target\).*self.loss_fn"):
+        fit_refused(HybridParallelStrategy(), NoLoss())
     tiny = HybridParallelStrategy(devices=[{"speed": 1, "memory": "64KiB"}, {"speed": 1, "memory": "64KiB"}],
                                   input_shape=[1, 28, 28])
     with pytest.raises(InfeasiblePlacementError, match="MiB"):

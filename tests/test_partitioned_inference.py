@@ -164,6 +164,11 @@ def test_bad_input_is_refused_with_what_to_change():
     trainer = pl.Trainer(accelerator="cpu", devices=2, logger=False, strategy="partitioned_inference", max_epochs=1)
     with pytest.raises(ValueError, match="inference only"):
         trainer.fit(module, train_dataloaders=loader)
+    from lightning_hybrid.models import MLP
+
+    trainer = pl.Trainer(accelerator="cpu", devices=2, logger=False, strategy="partitioned_inference")
+    with pytest.raises(ValueError, match=r"convolution and pooling layers.*has none.*strategy='ddp'"):
+        trainer.predict(ClassifierModule(MLP()), dataloaders=loader)  # before the second process starts
 
 
 # ---------------------------------------------------------------------- real processes
@@ -175,12 +180,13 @@ def run_script(out: Path, *args: str) -> None:
 
 
 @pytest.mark.multiprocess
-@pytest.mark.parametrize("abilities, conv, fc, models", [
-    ("1,2,3", "bodp", "mscc_fgcp", ["lenet", "vgg", "resattnet"]),
-    ("2,1", "grid2d", "rows", ["lenet", "vgg"]),
+@pytest.mark.parametrize("abilities, conv, fc, models, plain", [
+    ("1,2,3", "bodp", "mscc_fgcp", ["lenet", "vgg", "resattnet"], False),
+    ("2,1", "grid2d", "rows", ["lenet", "vgg"], True),  # plain LightningModules: no protocol, no loss
 ])
-def test_every_rank_predicts_what_one_device_does(tmp_path, abilities, conv, fc, models):
-    run_script(tmp_path, "--models", *models, "--abilities", abilities, "--conv", conv, "--fc", fc)
+def test_every_rank_predicts_what_one_device_does(tmp_path, abilities, conv, fc, models, plain):
+    run_script(tmp_path, "--models", *models, "--abilities", abilities, "--conv", conv, "--fc", fc,
+               *(["--plain"] if plain else []))
     workers = len(abilities.split(","))
     for name in models:
         for rank in range(workers):

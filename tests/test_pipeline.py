@@ -101,3 +101,40 @@ def test_two_stage_pipeline_equals_one_device(tmp_path, schedule):
         torch.testing.assert_close(got[name], p.grad, atol=1e-6, rtol=1e-5, msg=name)
     norm = torch.sqrt(sum(p.grad.pow(2).sum() for p in net.parameters())).item()
     assert results[0]["norm"] == pytest.approx(norm, rel=1e-5) == results[1]["norm"]
+
+
+# ---------------------------------------------------------------------- the module protocol
+class _Plain(torch.nn.Module):
+    """A plain module (as a LightningModule would be): its model in one nn.Sequential attribute."""
+
+    def __init__(self, with_loss: bool = True, stray: bool = False) -> None:
+        super().__init__()
+        self.model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4, 3), torch.nn.ReLU(), torch.nn.Linear(3, 2))
+        if with_loss:
+            self.loss_fn = torch.nn.CrossEntropyLoss()
+        if stray:
+            self.head = torch.nn.Linear(2, 2)  # parameters outside the sequence: no automatic split
+
+    def forward(self, x):
+        return self.model(x)
+
+
+def test_a_plain_module_is_split_at_its_sequential_and_trained_with_its_loss_attribute():
+    from lightning_hybrid.pipeline import pipeline_blocks, pipeline_loss
+
+    module = _Plain()
+    assert pipeline_blocks(module) is module.model
+    assert pipeline_loss(module) is module.loss_fn
+    with pytest.raises(TypeError, match=r"needs a loss.*self.loss_fn"):
+        pipeline_loss(_Plain(with_loss=False))
+    with pytest.raises(TypeError, match=r"no pipeline_blocks\(\) and no nn.Sequential holding all of its parameters"):
+        pipeline_blocks(_Plain(stray=True))
+
+
+def test_the_protocol_wins_over_a_found_sequential():
+    from lightning_hybrid import ClassifierModule
+    from lightning_hybrid.pipeline import pipeline_blocks, pipeline_loss
+
+    module = ClassifierModule(LeNet5())
+    assert pipeline_blocks(module) is module.pipeline_blocks()
+    assert pipeline_loss(module) == module.pipeline_loss

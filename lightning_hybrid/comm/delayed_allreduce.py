@@ -11,12 +11,15 @@ before it is applied at ``w_now``: ``g + lambda * g * g * (w_now - w_then)``, el
     exchange = DelayedAllReduce(params, delay=1)
     for batch in batches:
         loss(batch).backward()
-        exchange.push()                      # starts the bucketed all-reduce of these gradients
-        if exchange.load_ready_into_grads(): # the average from `delay` steps ago, if any
-            optimizer.step()
+        exchange.push(learning_rates(optimizer))  # starts the bucketed all-reduce of these gradients
+        if exchange.load_ready_into_grads():      # the average from `delay` steps ago, if any
+            step_at(optimizer, exchange.loaded_lrs)
         optimizer.zero_grad()
-    for _ in exchange.drain_into_grads():    # at a sync point: apply what is pending, in order
-        optimizer.step()
+    exchange.apply_pending(optimizer)             # at a sync point: apply what is pending, in order
+
+Each average is applied with the learning rates in force when its gradients were computed (recorded
+by ``push``): a scheduler that moves the rate in between, at an epoch's end say, does not change the
+rate of steps already computed, exactly as under DDP.
 """
 
 from __future__ import annotations
@@ -41,6 +44,28 @@ class _InFlight:
     buckets: list[torch.Tensor]  # flat gradient buckets being all-reduced (summed in place)
     works: list[PendingAllReduce | Future]
     weights: torch.Tensor | None  # the flat weights the gradient was computed at (for compensation)
+    lrs: list[float] | None  # each parameter group's learning rate when the gradient was computed
+
+
+def learning_rates(optimizer: torch.optim.Optimizer) -> list[float]:
+    """Each parameter group's learning rate, in order."""
+    return [float(group["lr"]) for group in optimizer.param_groups]
+
+
+def step_at(optimizer: torch.optim.Optimizer, lrs: Sequence[float] | None) -> None:
+    """``optimizer.step()`` with each group's learning rate set to ``lrs`` (``None``: as it is), the
+    rates in force restored afterwards."""
+    if lrs is None:
+        optimizer.step()
+        return
+    current = learning_rates(optimizer)
+    for group, lr in zip(optimizer.param_groups, lrs):
+        group["lr"] = lr
+    try:
+        optimizer.step()
+    finally:
+        for group, lr in zip(optimizer.param_groups, current):
+            group["lr"] = lr
 
 
 def validate(delay: int, compensation: str | None, dc_lambda: float, bucket_size_mb: float) -> None:
@@ -114,6 +139,8 @@ class DelayedAllReduce:
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="delayed-allreduce") if latency_s > 0 else None
         #: Seconds spent blocked waiting for collectives to finish (the communication not hidden).
         self.wait_s = 0.0
+        #: The learning rates pushed with the average last written into ``.grad`` (None if not given).
+        self.loaded_lrs: list[float] | None = None
 
     def _all_reduce(self, bucket: torch.Tensor) -> PendingAllReduce | Future:
         if self._thread is None:
@@ -139,15 +166,16 @@ class DelayedAllReduce:
     def _flat_weights(self) -> torch.Tensor:
         return flatten(self.params)
 
-    def push(self) -> None:
-        """Snapshot the current gradients into buckets and start their all-reduce."""
+    def push(self, lrs: Sequence[float] | None = None) -> None:
+        """Snapshot the current gradients into buckets and start their all-reduce; ``lrs``: the
+        learning rates to apply their average with (see :func:`step_at`)."""
         buckets, works = [], []
         for indices in self.bucket_indices:
             bucket = flatten(gradients([self.params[i] for i in indices]))
             buckets.append(bucket)
             works.append(self._all_reduce(bucket))
         weights = self._flat_weights() if self.compensation == "dc" else None
-        self._queue.append(_InFlight(buckets, works, weights))
+        self._queue.append(_InFlight(buckets, works, weights, None if lrs is None else list(lrs)))
 
     def _complete(self, item: _InFlight) -> list[torch.Tensor]:
         start = time.perf_counter()
@@ -163,6 +191,7 @@ class DelayedAllReduce:
             flat = flat + self.dc_lambda * flat * flat * (self._flat_weights() - item.weights)
         for p, piece in zip(self.params, slices(flat, self.params)):
             p.grad = piece.clone()
+        self.loaded_lrs = item.lrs
 
     def load_ready_into_grads(self) -> bool:
         """If an average is ``delay`` pushes old, write it (compensated) into ``.grad``; say whether."""
@@ -178,11 +207,12 @@ class DelayedAllReduce:
             yield
 
     def apply_pending(self, optimizer: torch.optim.Optimizer) -> int:
-        """At a sync point: step ``optimizer`` with every pending average, oldest first, then zero the
-        gradients; return how many were applied (all ranks call this at the same point)."""
+        """At a sync point: step ``optimizer`` with every pending average, oldest first, each at the
+        learning rates pushed with it, then zero the gradients; return how many were applied (all
+        ranks call this at the same point)."""
         applied = 0
         for _ in self.drain_into_grads():
-            optimizer.step()
+            step_at(optimizer, self.loaded_lrs)
             applied += 1
         optimizer.zero_grad()
         return applied

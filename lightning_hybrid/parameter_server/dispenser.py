@@ -17,7 +17,8 @@ class ChunkDispenser:
     ``k``-th chunk as chunk ``k * num_workers + w``, so each round of ``num_workers`` chunks is
     one contiguous global batch, exactly the samples of one DDP step.
 
-    ``max_chunks`` caps the chunks per epoch (Lightning's ``limit_train_batches`` times workers).
+    ``max_chunks`` caps the chunks per epoch (Lightning's ``limit_train_batches`` times workers);
+    ``shuffle=False`` deals ``0, 1, 2, ...`` in order every epoch (a sequential sampler, ``overfit_batches``).
 
     Example::
 
@@ -38,18 +39,21 @@ class ChunkDispenser:
         drop_last: bool = False,
         dynamic: bool = True,
         max_chunks: int | None = None,
+        shuffle: bool = True,
     ) -> None:
         if num_samples < 1 or batch_size < 1:
             raise ValueError(f"need samples and a batch size, got {num_samples} samples, batch size {batch_size}")
         self.num_samples, self.batch_size, self.num_workers = num_samples, batch_size, num_workers
-        self.seed, self.dynamic = seed, dynamic
+        self.seed, self.dynamic, self.shuffle = seed, dynamic, shuffle
         per_epoch = num_samples // batch_size if drop_last else math.ceil(num_samples / batch_size)
         self.num_chunks = per_epoch if max_chunks is None else min(per_epoch, max_chunks)
         self.epoch: int | None = None
 
     def start_epoch(self, epoch: int) -> None:
-        generator = torch.Generator().manual_seed(self.seed + epoch)
-        self._order = torch.randperm(self.num_samples, generator=generator)
+        if self.shuffle:
+            self._order = torch.randperm(self.num_samples, generator=torch.Generator().manual_seed(self.seed + epoch))
+        else:
+            self._order = torch.arange(self.num_samples)
         self._next = 0
         self._taken = [0] * self.num_workers
         self.epoch = epoch

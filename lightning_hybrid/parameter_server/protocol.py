@@ -63,13 +63,15 @@ class Init(Message):
 
 @dataclass(frozen=True)
 class DatasetShape:
-    """What the server needs to deal an epoch: sizes, the shuffle seed, a cap on batches."""
+    """What the server needs to deal an epoch: sizes, the shuffle seed (or no shuffle: the training
+    DataLoader's sampler was sequential, as ``overfit_batches`` makes it), a cap on batches."""
 
     num_samples: int
     batch_size: int
     drop_last: bool = False
     max_chunks: int | None = None
     seed: int = 0
+    shuffle: bool = True
 
 
 @dataclass(frozen=True)
@@ -83,16 +85,17 @@ class NextChunk(Message):
     drop_last: int
     max_chunks: int  # -1: no cap
     seed: int
+    shuffle: int
 
     @classmethod
     def of(cls, epoch: int, dataset: DatasetShape) -> NextChunk:
         cap = -1 if dataset.max_chunks is None else dataset.max_chunks
-        return cls(epoch, dataset.num_samples, dataset.batch_size, int(dataset.drop_last), cap, dataset.seed)
+        return cls(epoch, dataset.num_samples, dataset.batch_size, int(dataset.drop_last), cap, dataset.seed, int(dataset.shuffle))
 
     @property
     def dataset(self) -> DatasetShape:
         cap = None if self.max_chunks < 0 else self.max_chunks
-        return DatasetShape(self.num_samples, self.batch_size, bool(self.drop_last), cap, self.seed)
+        return DatasetShape(self.num_samples, self.batch_size, bool(self.drop_last), cap, self.seed, bool(self.shuffle))
 
 
 @dataclass(frozen=True)

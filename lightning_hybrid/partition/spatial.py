@@ -145,12 +145,16 @@ def _leaves(module: nn.Module, prefix: str = "") -> list[tuple[str, nn.Module]]:
     return [(prefix or type(module).__name__, module)]
 
 
+#: Layers split over the input's spatial axes, by number of spatial dimensions.
+SPATIAL_LAYERS_BY_DIMS = {
+    1: (nn.Conv1d, nn.MaxPool1d, nn.AvgPool1d), 2: (nn.Conv2d, nn.MaxPool2d, nn.AvgPool2d),
+    3: (nn.Conv3d, nn.MaxPool3d, nn.AvgPool3d),
+}
+SPATIAL_LAYERS = tuple(cls for classes in SPATIAL_LAYERS_BY_DIMS.values() for cls in classes)
+
+
 def _spatial_dims(module: nn.Module) -> int | None:
-    for dims, classes in ((1, (nn.Conv1d, nn.MaxPool1d, nn.AvgPool1d)), (2, (nn.Conv2d, nn.MaxPool2d, nn.AvgPool2d)),
-                          (3, (nn.Conv3d, nn.MaxPool3d, nn.AvgPool3d))):
-        if isinstance(module, classes):
-            return dims
-    return None
+    return next((dims for dims, classes in SPATIAL_LAYERS_BY_DIMS.items() if isinstance(module, classes)), None)
 
 
 def _tuple(value, dims: int) -> tuple[int, ...]:

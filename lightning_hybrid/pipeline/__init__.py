@@ -11,7 +11,7 @@
 
 from lightning_hybrid.pipeline.mesh import Mesh
 from lightning_hybrid.pipeline.parallel import PipelineParallel
-from lightning_hybrid.pipeline.protocol import pipeline_blocks, pipeline_inputs
+from lightning_hybrid.pipeline.protocol import pipeline_blocks, pipeline_inputs, pipeline_loss
 from lightning_hybrid.pipeline.stage import StageModule
 
-__all__ = ["Mesh", "PipelineParallel", "StageModule", "pipeline_blocks", "pipeline_inputs"]
+__all__ = ["Mesh", "PipelineParallel", "StageModule", "pipeline_blocks", "pipeline_inputs", "pipeline_loss"]

@@ -13,8 +13,9 @@ import pytorch_lightning as pl
 import torch
 import torch.distributed as dist
 from pytorch_lightning.trainer.states import TrainerFn
+from pytorch_lightning.utilities.rank_zero import rank_zero_warn
 
-from lightning_hybrid.comm.delayed_allreduce import DelayedAllReduce, validate
+from lightning_hybrid.comm.delayed_allreduce import DelayedAllReduce, learning_rates, step_at, validate
 from lightning_hybrid.strategies import common
 
 
@@ -45,11 +46,14 @@ class AllReduceASGDStrategy(common.UnwrappedDDPStrategy):
     accumulation, bf16 precision, checkpoints (nothing is pending when one is written) and
     validate/test/predict. Logged each step: ``asgd/compute_s`` (forward and backward) and
     ``asgd/wait_s`` (blocked on communication). The steps that apply pending averages at a sync
-    point are optimizer steps Lightning does not count and do not advance LR schedulers.
+    point are optimizer steps Lightning does not count and do not advance LR schedulers. Each
+    average is applied at the learning rates in force at the step that computed it (what DDP would
+    have used), not those in force when it arrives: an epoch-interval scheduler's change at the end
+    of an epoch does not reach the averages flushed at that epoch's sync point.
 
     Refused before workers start: manual optimization, fp16 with a gradient scaler, step- or
-    time-based checkpointing; a ``delay`` of more optimizer steps than an epoch has is refused when
-    fitting starts.
+    time-based checkpointing. A ``delay`` of as many optimizer steps as an epoch has, or more
+    (``fast_dev_run``'s one batch), is warned about: every average then waits for the epoch's sync point.
 
     Example::
 
@@ -100,12 +104,13 @@ class AllReduceASGDStrategy(common.UnwrappedDDPStrategy):
         common.refuse_grad_scaler("AllReduceASGDStrategy", self.precision_plugin)
 
     def on_sync_start(self, trainer: pl.Trainer) -> None:
-        """Refuse a delay that an epoch cannot fill (its length is known only now)."""
+        """Warn of a delay that an epoch cannot fill (its length is known only now)."""
         steps = trainer.num_training_batches / max(trainer.accumulate_grad_batches, 1)
         if self.delay >= steps:
-            raise ValueError(
-                f"AllReduceASGDStrategy(delay={self.delay}) is not shorter than an epoch ({steps:g} optimizer steps): "
-                "nothing would be applied before the epoch's sync point. Use a smaller delay or more batches."
+            cause = "fast_dev_run" if trainer.fast_dev_run else "the epoch's length (limit_train_batches, the data)"
+            rank_zero_warn(
+                f"AllReduceASGDStrategy(delay={self.delay}) is not shorter than an epoch ({steps:g} optimizer steps, "
+                f"set by {cause}): every average is applied at the epoch's sync point, none during the epoch."
             )
 
     def inject_collective_latency(self, seconds: float) -> None:
@@ -149,14 +154,14 @@ class AllReduceASGDStrategy(common.UnwrappedDDPStrategy):
     def _exchange_and_step(self, optimizer: torch.optim.Optimizer) -> None:
         exchange = self.exchange
         waited = exchange.wait_s
-        exchange.push()
+        exchange.push(learning_rates(optimizer))  # applied later at this step's learning rates
         self.pushed += 1
         if self._steps < self.warmup_steps:
             for _ in exchange.drain_into_grads():  # synchronous: this step's average, at once
-                optimizer.step()
+                step_at(optimizer, exchange.loaded_lrs)
                 self.applied += 1
         elif exchange.load_ready_into_grads():
-            optimizer.step()
+            step_at(optimizer, exchange.loaded_lrs)
             self.applied += 1
         self._steps += 1
         module = self.lightning_module

@@ -7,10 +7,14 @@ and pushes the sum once, at the pass's end.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
+import pytorch_lightning as pl
 import torch
+from pytorch_lightning.trainer.states import TrainerFn
 
+from lightning_hybrid.comm.delayed_allreduce import learning_rates
 from lightning_hybrid.strategies.parameter_server import ParameterServerStrategy
 
 
@@ -28,8 +32,13 @@ class CNeuralStrategy(ParameterServerStrategy):
 
     Per-epoch checkpoints (``ModelCheckpoint(every_n_epochs=1, save_last=True)``) plus
     ``fit(ckpt_path="last")`` give its crash recovery: rerunning the job resumes from the last
-    completed pass. Learning-rate schedulers should use ``interval: epoch`` (one update per pass;
-    a ``step`` interval advances per mini-batch).
+    completed pass.
+
+    Learning-rate schedulers: the pass's update is applied at the learning rates in force during
+    the pass (recorded at its mini-batches), not at those an epoch-interval scheduler sets for the
+    next epoch when the pass ends: ``interval: "epoch"`` means "per update", as the user means it.
+    A ``"step"`` interval advances once per mini-batch while the pass makes one update, so the pass
+    is applied at the rate of its last mini-batch; that is warned about when fitting starts.
 
     Args:
         timeout, process_group_backend, processes_per_device: as for
@@ -61,6 +70,24 @@ class CNeuralStrategy(ParameterServerStrategy):
         self._pass_grad: torch.Tensor | None = None
         self._pass_samples = 0
         self._step_samples = 0  # samples of the mini-batches since the last optimizer step
+        self._pass_lrs: list[float] | None = None  # the learning rates in force at the pass's mini-batches
+
+    def setup(self, trainer: pl.Trainer) -> None:
+        super().setup(trainer)
+        if trainer.state.fn != TrainerFn.FITTING:
+            return
+        self._warn_step_interval_schedulers(trainer.lr_scheduler_configs)
+
+    @staticmethod
+    def _warn_step_interval_schedulers(configs: list[Any]) -> None:
+        stepwise = [type(c.scheduler).__name__ for c in configs if c.interval == "step"]
+        if stepwise:
+            warnings.warn(
+                f"CNeuralStrategy makes one update per pass (epoch), but the scheduler {', '.join(stepwise)} has "
+                "interval 'step': it advances once per mini-batch, and each pass is applied at the learning rate of "
+                "its last mini-batch. Return the scheduler with interval 'epoch' to change the rate per update.",
+                UserWarning, stacklevel=2,
+            )
 
     def _count_samples(self, samples: int) -> None:
         super()._count_samples(samples)
@@ -73,12 +100,14 @@ class CNeuralStrategy(ParameterServerStrategy):
         self._pass_grad.add_(self._flat_grad(), alpha=float(self._step_samples))
         self._pass_samples += self._step_samples
         self._step_samples = 0
+        self._pass_lrs = learning_rates(optimizer)
         self._epoch["iterations"] += 1
 
     def _before_sync(self) -> None:
         """End of the pass: push the gradient sum once; the server steps once every worker has."""
         flat = self._pass_grad if self._pass_grad is not None else torch.zeros_like(self._flat)
-        lrs = [group["lr"] for group in self.optimizers[0].param_groups]
+        # An epoch-interval scheduler has already moved the optimizer to the next epoch's rate.
+        lrs = self._pass_lrs if self._pass_lrs is not None else learning_rates(self.optimizers[0])
         self._note(self._timed(lambda: self.client.push(flat, lrs, self._flat, weight=self._pass_samples)))
-        self._pass_grad, self._pass_samples, self._step_samples = None, 0, 0
+        self._pass_grad, self._pass_samples, self._step_samples, self._pass_lrs = None, 0, 0, None
         self._load_flat()

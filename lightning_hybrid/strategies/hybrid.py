@@ -21,7 +21,7 @@ from lightning_hybrid.comm.collectives import (
 )
 from lightning_hybrid.comm.delayed_allreduce import DelayedAllReduce
 from lightning_hybrid.devices import Device, devices_from_config, devices_in_flops, free_memory, probe_speed
-from lightning_hybrid.pipeline import Mesh, PipelineParallel, StageModule, pipeline_blocks, pipeline_inputs
+from lightning_hybrid.pipeline import Mesh, PipelineParallel, StageModule, pipeline_blocks, pipeline_inputs, pipeline_loss
 from lightning_hybrid.pipeline.schedules import SCHEDULES
 from lightning_hybrid.placement import METHODS, Placement, plan, profile_blocks
 from lightning_hybrid.placement.problem import Problem
@@ -88,6 +88,7 @@ class HybridParallelStrategy(common.RoutedEvaluation, common.UnwrappedDDPStrateg
     """
 
     strategy_name = "hybrid"
+    process_role = "pipeline process"
     aliases = {"hybrid": ("GABRA-placed pipeline stages x data-parallel replicas (paper 003)", {})}
 
     def __init__(
@@ -172,6 +173,7 @@ class HybridParallelStrategy(common.RoutedEvaluation, common.UnwrappedDDPStrateg
         if model is None:
             return
         blocks = pipeline_blocks(model)
+        pipeline_loss(model)  # training runs the blocks, not training_step: a loss must be there
         if len(blocks) < self.pipeline_stages:
             names = ", ".join(name for name, _ in blocks.named_children())
             raise ValueError(
@@ -307,7 +309,7 @@ class HybridParallelStrategy(common.RoutedEvaluation, common.UnwrappedDDPStrateg
             p.grad = None
         with self.precision_plugin.train_step_context():
             loss, output = pipeline.train_step(
-                inputs, target, module.pipeline_loss, self.schedule_name, self.micro_batches, 1.0 / self._accumulate,
+                inputs, target, pipeline_loss(module), self.schedule_name, self.micro_batches, 1.0 / self._accumulate,
             )
         self._step_grads = [p.grad for p in params]
         for p, grad in zip(params, earlier):

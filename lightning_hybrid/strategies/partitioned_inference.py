@@ -21,7 +21,7 @@ from lightning_hybrid.comm.collectives import all_gather_object
 from lightning_hybrid.devices import REFERENCE_ABILITY_FLOPS, macs_per_unit, positive_per_device, probe_speed
 from lightning_hybrid.partition.executor import DistributedExecutor, LayerTraffic
 from lightning_hybrid.partition.network import FC_PARTITIONS, PartitionPlan, plan_partition
-from lightning_hybrid.partition.spatial import CONV_PARTITIONS, PartitionError
+from lightning_hybrid.partition.spatial import CONV_PARTITIONS, SPATIAL_LAYERS, PartitionError
 from lightning_hybrid.pipeline.protocol import pipeline_blocks
 from lightning_hybrid.strategies.common import RoutedEvaluation, UnwrappedDDPStrategy
 
@@ -80,6 +80,7 @@ class PartitionedInferenceStrategy(RoutedEvaluation, UnwrappedDDPStrategy):
     """
 
     strategy_name = "partitioned_inference"
+    process_role = "partition process"
     aliases = {
         "partitioned_inference": ("MoDNN partitioned inference: BODP convolutions, MSCC+FGCP FC layers", {}),
     }
@@ -125,9 +126,15 @@ class PartitionedInferenceStrategy(RoutedEvaluation, UnwrappedDDPStrategy):
         check_abilities(self.abilities, self.num_workers)
         if model is not None:
             try:
-                pipeline_blocks(model)
+                blocks = pipeline_blocks(model)
             except TypeError as err:
                 raise TypeError(f"PartitionedInferenceStrategy partitions the module's block sequence: {err}") from None
+            if not any(isinstance(m, SPATIAL_LAYERS) for m in blocks.modules()):
+                raise ValueError(
+                    f"PartitionedInferenceStrategy splits convolution and pooling layers over the input's spatial axes "
+                    f"(MoDNN); {type(model).__name__}'s block sequence has none, so one rank would compute everything. "
+                    "Run its inference with strategy='ddp' (or on one device) instead."
+                )
 
     def inject_compute_slowdown(self, factor: float) -> None:
         """Make this rank's layer compute ``factor`` times slower (heterogeneity simulation)."""

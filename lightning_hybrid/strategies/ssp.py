@@ -21,7 +21,7 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.trainer.states import RunningStage
 from pytorch_lightning.utilities.data import _update_dataloader
-from torch.utils.data import DataLoader, Sampler
+from torch.utils.data import DataLoader, Sampler, SequentialSampler
 
 from lightning_hybrid.parameter_server.client import PullInfo
 from lightning_hybrid.parameter_server.protocol import DatasetShape
@@ -98,14 +98,19 @@ class SSPStrategy(ParameterServerStrategy):
 
     * Sync points: the end of every training epoch (before validation), the start and end of
       fitting. Validation, checkpoints, early stopping and epoch-level ``sync_dist`` logging happen
-      there. Between them, step-level ``sync_dist`` reductions stay local to the worker (warned once).
+      there. Between them workers are at different steps: a step-level ``sync_dist`` reduction
+      (``self.log(..., on_step=True, sync_dist=True)`` in ``training_step``) is refused with an
+      error at the first step; log it with ``on_step=False`` or ``sync_dist=False``.
     * The learning-rate schedulers run on each worker as usual and the server applies the pushing
       worker's current learning rates; the optimizer state (momentum, Adam moments) is the server's
       and lands in checkpoints at each sync point. Resuming from such a checkpoint continues the run.
+    * ``max_steps`` counts the server's optimizer steps (``fast_dev_run`` too: one step);
+      ``overfit_batches`` (any sequential sampler) deals the same batches, in order, every epoch.
     * Not supported (a clear error before workers start): manual optimization, several
-      optimizers, ``max_steps``, mid-epoch validation (``val_check_interval`` other than 1.0),
-      step- or time-based checkpointing, fractional ``limit_train_batches``, fp16 with a gradient
-      scaler, fewer than two workers.
+      optimizers, mid-epoch validation (``val_check_interval`` other than 1.0: workers are at
+      different batches, there is no global point inside an epoch), step- or time-based
+      checkpointing, fractional ``limit_train_batches``, fp16 with a gradient scaler, fewer than
+      two workers.
     * BatchNorm-style buffers stay per worker during an epoch and are broadcast from worker 0 at
       the epoch's synchronization.
 
@@ -216,6 +221,9 @@ class SSPStrategy(ParameterServerStrategy):
             drop_last=dataloader.drop_last,
             max_chunks=None if isinstance(limit, float) else int(limit) * self.num_workers,
             seed=int(os.environ.get("PL_GLOBAL_SEED", 0)),  # DistributedSampler's seed: the same epoch order
+            # Unshuffled when the user's sampler is sequential (or overfit_batches made it so): the
+            # same batches every epoch, as under DDP.
+            shuffle=not isinstance(dataloader.sampler, SequentialSampler) and getattr(dataloader.sampler, "shuffle", True),
         )
         return _update_dataloader(dataloader, ServerSampler(self), mode=RunningStage.TRAINING)
 
