@@ -21,7 +21,8 @@ class EpochTimer(pl.Callback):
     from the first training batch to the end of the training epoch, validation excluded),
     ``time/samples_per_s`` (training samples this rank processed per second in that time) and
     ``time/elapsed_s`` (wall-clock seconds since training started, up to the end of this epoch's
-    validation: the time axis of time-to-accuracy comparisons).
+    validation: the time axis of time-to-accuracy comparisons) and ``time/training_s`` (the same
+    clock without the time spent in validation loops: what training itself cost up to that point).
 
     Example::
 
@@ -35,9 +36,20 @@ class EpochTimer(pl.Callback):
         self._fit_start: float | None = None
         self._end = 0.0
         self._samples = 0
+        self._validating_since: float | None = None
+        self._validation_s = 0.0
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._fit_start = time.perf_counter()
+        self._validation_s = 0.0
+
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._validating_since = time.perf_counter()
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._validating_since is not None and self._fit_start is not None:
+            self._validation_s += time.perf_counter() - self._validating_since
+        self._validating_since = None
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._start, self._samples = None, 0
@@ -60,7 +72,9 @@ class EpochTimer(pl.Callback):
         pl_module.log("time/epoch_s", elapsed, on_step=False, on_epoch=True)
         pl_module.log("time/samples_per_s", self._samples / max(elapsed, 1e-9), on_step=False, on_epoch=True)
         if self._fit_start is not None:
-            pl_module.log("time/elapsed_s", time.perf_counter() - self._fit_start, on_step=False, on_epoch=True)
+            elapsed_since_start = time.perf_counter() - self._fit_start
+            pl_module.log("time/elapsed_s", elapsed_since_start, on_step=False, on_epoch=True)
+            pl_module.log("time/training_s", elapsed_since_start - self._validation_s, on_step=False, on_epoch=True)
 
 
 class HeterogeneitySimulator(pl.Callback):
@@ -152,15 +166,16 @@ class HeterogeneitySimulator(pl.Callback):
             trainer.strategy.inject_collective_latency(self.collective_latency_s)
         rank = trainer.global_rank
         factor = self.slowdown[rank] if self.slowdown is not None else 1.0
+        step_factor, applied_by = factor, "each training step"
         if hasattr(trainer.strategy, "inject_compute_slowdown"):
             # Pipeline stages wait for one another inside a step, balanced DP measures compute: slow the compute itself.
             trainer.strategy.inject_compute_slowdown(factor)
-            factor = 1.0
-        self.stretcher = StepStretcher(factor, self.straggle_prob, self.straggle_factor, seed=(self.seed, rank))
+            step_factor, applied_by = 1.0, f"{type(trainer.strategy).__name__}'s compute"
+        self.stretcher = StepStretcher(step_factor, self.straggle_prob, self.straggle_factor, seed=(self.seed, rank))
         if self.active:
             log.info(
-                "rank %d: simulated slowdown x%.2f, stragglers p=%.3f x%.2f",
-                rank, factor, self.straggle_prob, self.straggle_factor,
+                "rank %d: simulated slowdown x%.2f (on %s), stragglers p=%.3f x%.2f",
+                rank, factor, applied_by, self.straggle_prob, self.straggle_factor,
             )
 
     @staticmethod
@@ -179,3 +194,58 @@ class HeterogeneitySimulator(pl.Callback):
         waited = self._waited(trainer) - self._wait_start
         self.stretcher.stretch(max(0.0, time.perf_counter() - self._step_start - waited))
         self._step_start = None
+
+
+class ProgressLog(pl.Callback):
+    """Training progress as occasional log lines, for output that is not a terminal (a log file, a
+    CI job, a batch scheduler), where a progress bar writes thousands of refreshes.
+
+    On global rank 0, a line at most every ``every_s`` seconds during an epoch, and one at its end::
+
+        epoch 2/10  batch 120/469 (26%)  310 samples/s  train/loss 0.1234
+
+    The CLI uses it in place of the progress bar when its standard error is not a terminal
+    (``progress=auto``; ``progress=bar`` or ``progress=log`` to choose).
+
+    Args:
+        every_s: seconds between lines within an epoch.
+    """
+
+    def __init__(self, every_s: float = 30.0) -> None:
+        self.every_s = every_s
+        self._last = 0.0
+        self._epoch_start = 0.0
+        self._samples = 0
+
+    def _line(self, trainer: pl.Trainer, batch_idx: int | None) -> str:
+        epochs = f"/{trainer.max_epochs}" if trainer.max_epochs and trainer.max_epochs > 0 else ""
+        parts = [f"epoch {trainer.current_epoch + 1}{epochs}"]
+        total = trainer.num_training_batches
+        if batch_idx is not None:
+            known = isinstance(total, int) and total > 0
+            parts.append(f"batch {batch_idx + 1}" + (f"/{total} ({100 * (batch_idx + 1) / total:.0f}%)" if known else ""))
+        else:
+            parts.append("done")
+        elapsed = time.perf_counter() - self._epoch_start
+        if elapsed > 0 and self._samples:
+            parts.append(f"{self._samples / elapsed:.0f} samples/s")
+        for name, value in sorted(trainer.progress_bar_metrics.items()):
+            parts.append(f"{name} {value:.4g}")
+        return "  ".join(parts)
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._epoch_start = self._last = time.perf_counter()
+        self._samples = 0
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        first = batch[0] if isinstance(batch, (list, tuple)) else batch
+        self._samples += len(first) if hasattr(first, "__len__") else 0
+        now = time.perf_counter()
+        if trainer.is_global_zero and now - self._last >= self.every_s:
+            self._last = now
+            log.info(self._line(trainer, batch_idx))
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.is_global_zero:
+            log.info(self._line(trainer, None))

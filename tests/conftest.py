@@ -81,6 +81,15 @@ def shared_train_script(tmp_path_factory: pytest.TempPathFactory, *args: str) ->
     return out
 
 
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (Linux /proc; a zombie counts as dead)."""
+    try:
+        state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
 def run_cli(*overrides: str, cwd: Path, timeout: float = 240, check: bool = True) -> subprocess.CompletedProcess:
     """Run ``python -m lightning_hybrid.cli`` with overrides in ``cwd``; fail the test on timeout."""
     env = {**os.environ, "HYDRA_FULL_ERROR": "0", "PYTHONWARNINGS": "ignore"}

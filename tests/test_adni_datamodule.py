@@ -206,3 +206,13 @@ def test_augmentation_runs_on_the_transferred_training_batch(synth):
     assert augmented.shape == x.shape and labels is y and not torch.equal(augmented, x)
     loader_items = [dm.train_set[i][0] for i in range(3)]  # the workers hand out preprocessed volumes as they are
     assert all(torch.equal(a, b) for a, b in zip(loader_items, [dm.train_set[i][0] for i in range(3)]))
+
+
+def test_a_split_asked_for_but_empty_is_refused_with_the_cohorts_numbers(synth):
+    """24 synthetic subjects hold 6 AD and 6 NC: a test fraction of 0.05 rounds to 0 subjects per class."""
+    dm = ADNIDataModule(synth, val_fraction=0.2, test_fraction=0.05, **SMALL)
+    with pytest.raises(ValueError, match=r"the test split is empty.*12 subjects \(6 AD, 6 NC;.*data.test_fraction=0.05"):
+        dm.setup()
+    dm = ADNIDataModule(synth, val_fraction=0.2, test_fraction=0.0, **SMALL)
+    dm.setup()  # asked for none: no test set, no error
+    assert not dm.splits["test"] and dm.splits["val"]

@@ -216,3 +216,37 @@ def test_more_processes_than_gpus_share_them_when_the_strategy_can():
         spread_processes_over_gpus(cfg(3, {"processes_per_device": 1}), gpus=2)
     with pytest.raises(ValueError, match="no CUDA device.*set trainer=cpu"):
         spread_processes_over_gpus(cfg(1, {"processes_per_device": 1}), gpus=0)
+
+
+def test_progress_is_lines_when_the_output_is_not_a_terminal():
+    import io
+
+    from omegaconf import OmegaConf
+
+    from lightning_hybrid.cli.app import progress_as_lines
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    cfg = lambda **kw: OmegaConf.create({"trainer": {"enable_progress_bar": True}, **kw})  # noqa: E731
+    assert progress_as_lines(cfg(progress="auto"), io.StringIO())
+    assert not progress_as_lines(cfg(progress="auto"), Terminal())
+    assert progress_as_lines(cfg(progress="log"), Terminal()) and not progress_as_lines(cfg(progress="bar"), io.StringIO())
+    assert not progress_as_lines(OmegaConf.create({"trainer": {"enable_progress_bar": False}, "progress": "log"}))
+    with pytest.raises(ValueError, match="progress=bar"):
+        progress_as_lines(cfg(progress="tqdm"))
+
+
+@pytest.mark.multiprocess
+def test_a_data_error_is_the_last_thing_printed(tmp_path):
+    """Offline with no MNIST, two SSP workers: the clear error ends the output, no peer's traceback after it."""
+    proc = run_cli(
+        "strategy=ssp", "trainer.devices=2", "allow_cpu_oversubscription=true", f"data.root={tmp_path / 'nothing'}",
+        "data.mirrors=[http://127.0.0.1:9/]", f"hydra.run.dir={tmp_path / 'r'}", cwd=tmp_path, check=False,
+    )
+    assert proc.returncode != 0
+    tail = proc.stderr[proc.stderr.rindex("train-images-idx3-ubyte.gz"):]
+    assert "data=synthetic" in tail
+    for noise in ("Traceback", "gloo", "Connection", "[rank: 1]", "Child process"):
+        assert noise not in tail, proc.stderr[-3000:]

@@ -15,6 +15,7 @@ import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
 
+from conftest import alive, run_train_script
 from lightning_hybrid import CNeuralStrategy, SSPStrategy
 from lightning_hybrid.data import ShardDataModule, ShardError, pack
 from lightning_hybrid.models import MLP
@@ -119,14 +120,6 @@ def _children(pid: int) -> list[tuple[int, str]]:
     return found
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
 def _full_batch_reference(checkpoint: dict, x: np.ndarray, y: np.ndarray, epochs: int) -> dict[str, torch.Tensor]:
     """Plain one-process full-batch gradient descent from a checkpoint's parameters and momentum."""
     net = MLP(hidden=(16,))
@@ -176,9 +169,9 @@ def test_a_killed_run_resumes_from_its_last_epoch_and_loses_nothing(stores, tmp_
         pytest.fail(f"the run hung after its {victim} was killed:\n{(tmp_path / 'first.log').read_text()[-4000:]}")
     assert code != 0
     deadline = time.monotonic() + 30
-    while server and _alive(server[0]) and time.monotonic() < deadline:
+    while server and alive(server[0]) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not (server and _alive(server[0])), "the parameter server outlived its run"
+    assert not (server and alive(server[0])), "the parameter server outlived its run"
 
     saved = torch.load(last, map_location="cpu", weights_only=False)
     completed = saved["epoch"]  # the last epoch completed before the crash
@@ -197,3 +190,37 @@ def test_a_killed_run_resumes_from_its_last_epoch_and_loses_nothing(stores, tmp_
     epoch_column = csv[0].split(",").index("epoch")
     logged = {int(float(row.split(",")[epoch_column])) for row in csv[1:] if row.split(",")[epoch_column]}
     assert min(logged) == completed + 1
+
+
+@pytest.mark.multiprocess
+def test_epoch_scheduler_sets_the_rate_of_the_pass_it_steps_after(tmp_path):
+    """Lightning steps an epoch-interval scheduler after a pass's last batch, before the pass's update
+    is pushed; the update must still use the rate in force during the pass (LR / 2**epoch here)."""
+    from lightning_hybrid.data.synthetic import synthetic_classification
+
+    epochs, lr = 3, 0.5
+    run_train_script(tmp_path, "--strategy", "cneural", "--scheduler", "--lr", str(lr), "--epochs", str(epochs))
+    pl.seed_everything(0)  # as tests/train_script.py: the same initial weights
+    net = MLP(activation="relu")
+    optimizer = torch.optim.SGD(net.parameters(), lr=lr)
+    x, y = synthetic_classification(256, (1, 28, 28), 10, seed=1)
+    for epoch in range(epochs):  # full-batch gradient descent, one step per pass at that epoch's rate
+        optimizer.param_groups[0]["lr"] = lr / 2**epoch
+        optimizer.zero_grad()
+        F.cross_entropy(net(x), y).backward()
+        optimizer.step()
+    result = torch.load(tmp_path / "rank0.pt", weights_only=False)
+    for name, value in net.state_dict().items():
+        torch.testing.assert_close(result[f"net.{name}"], value, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_step_interval_scheduler_is_warned_about():
+    from types import SimpleNamespace
+
+    from lightning_hybrid import CNeuralStrategy
+
+    strategy = CNeuralStrategy()
+    configs = [SimpleNamespace(interval="step", scheduler=torch.optim.lr_scheduler.StepLR(
+        torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1), step_size=1))]
+    with pytest.warns(UserWarning, match=r"one update per pass.*StepLR has interval 'step'.*interval 'epoch'"):
+        strategy._warn_step_interval_schedulers(configs)

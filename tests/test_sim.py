@@ -83,3 +83,66 @@ def test_slowdown_stretches_the_step_time_by_its_factor(tmp_path):
     assert sim.stretcher.steps == 20
     # Each step sleeps twice what it measured, so an epoch is 3x its steps' compute plus the loop around them.
     assert 1.6 < slept / (epoch - slept) <= 2.0 + 1e-6, (slept, epoch)
+
+
+class _SlowValidation(ClassifierModule):
+    def validation_step(self, batch, batch_idx):
+        time.sleep(0.3)
+        return super().validation_step(batch, batch_idx)
+
+
+def test_epoch_timer_training_clock_leaves_validation_out(tmp_path):
+    pl.seed_everything(0)
+    timer = EpochTimer()
+    logger = pl.loggers.CSVLogger(tmp_path)
+    trainer = pl.Trainer(
+        accelerator="cpu", devices=1, max_epochs=2, limit_train_batches=4, limit_val_batches=2, logger=logger,
+        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False, callbacks=[timer],
+        num_sanity_val_steps=0,
+    )
+    dm = SyntheticMNISTDataModule(num_train=4 * 32, num_val=64, num_test=8, batch_size=32)
+    trainer.fit(_SlowValidation(LeNet5(), optimizer=partial(torch.optim.SGD, lr=0.01)), datamodule=dm)
+    metrics = trainer.logged_metrics  # the last epoch's: two validations of two slow batches each so far
+    elapsed, training = float(metrics["time/elapsed_s"]), float(metrics["time/training_s"])
+    assert elapsed - training >= 4 * 0.3, (elapsed, training)
+    assert 0 < training < elapsed - 4 * 0.3 + 0.5, (elapsed, training)
+
+
+def test_log_names_each_ranks_factor_also_where_the_strategy_slows_its_compute(caplog):
+    """The hybrid strategy slows its stages itself; the log still gives each rank's real factor."""
+    from types import SimpleNamespace
+
+    class _SlowsItsCompute:
+        factor = None
+
+        def inject_compute_slowdown(self, factor):
+            self.factor = factor
+
+    for rank, expected in ((0, "x2.00"), (1, "x1.00")):
+        strategy = _SlowsItsCompute()
+        trainer = SimpleNamespace(world_size=2, global_rank=rank, strategy=strategy)
+        sim = HeterogeneitySimulator(slowdown=[2.0, 1.0])
+        with caplog.at_level("INFO", logger="lightning_hybrid.callbacks"):
+            caplog.clear()
+            sim.setup(trainer, None, "fit")
+        assert strategy.factor == [2.0, 1.0][rank]
+        assert sim.stretcher.factor == 1.0  # not stretched twice
+        assert f"rank {rank}: simulated slowdown {expected} (on _SlowsItsCompute's compute)" in caplog.text
+
+
+def test_progress_log_writes_occasional_lines(tmp_path, caplog):
+    from lightning_hybrid.callbacks import ProgressLog
+
+    trainer = pl.Trainer(
+        accelerator="cpu", devices=1, max_epochs=2, limit_train_batches=3, limit_val_batches=0, logger=False,
+        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+        callbacks=[ProgressLog(every_s=0.0)], default_root_dir=tmp_path,
+    )
+    dm = SyntheticMNISTDataModule(num_train=3 * 16, num_val=8, num_test=8, batch_size=16)
+    with caplog.at_level("INFO", logger="lightning_hybrid.callbacks"):
+        trainer.fit(ClassifierModule(LeNet5(), optimizer=partial(torch.optim.SGD, lr=0.01)), datamodule=dm)
+    lines = [r.getMessage() for r in caplog.records if r.name == "lightning_hybrid.callbacks"]
+    assert len(lines) == 2 * (3 + 1), lines  # every batch (every_s=0), and each epoch's end
+    assert lines[0].startswith("epoch 1/2  batch 1/3 (33%)") and "samples/s" in lines[0] and "train/loss" in lines[0]
+    assert lines[-1].startswith("epoch 2/2  done")
+

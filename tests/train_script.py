@@ -62,8 +62,10 @@ class IndexedData(pl.LightningDataModule):
 class RecordingClassifier(ClassifierModule):
     """Records which samples each epoch trained on."""
 
-    def __init__(self, *args, compute_sleep: float = 0.0, sample_sleep: float = 0.0, **kwargs) -> None:
+    def __init__(self, *args, compute_sleep: float = 0.0, sample_sleep: float = 0.0, log_step_sync: bool = False,
+                 **kwargs) -> None:
         super().__init__(*args, **kwargs)
+        self.log_step_sync = log_step_sync
         self.seen: dict[int, list[int]] = {}
         self.batches: dict[int, list[list[int]]] = {}
         self.compute_sleep = compute_sleep
@@ -76,6 +78,8 @@ class RecordingClassifier(ClassifierModule):
         if self.compute_sleep or self.sample_sleep:
             # a slower model's compute: per step for the overlap test, per sample for balanced shares
             time.sleep(self.compute_sleep + self.sample_sleep * len(idx))
+        if self.log_step_sync:
+            self.log("train/batch_size", float(len(idx)), on_step=True, on_epoch=False, sync_dist=True)
         return super().training_step((x, y), batch_idx)
 
 
@@ -88,6 +92,30 @@ class KillAt(pl.Callback):
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         if trainer.global_rank == self.rank and batch_idx == self.step:
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+class KillServerAt(pl.Callback):
+    """SIGKILLs the parameter server (started by rank 0) at a given training step of rank 0."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if trainer.global_rank == 0 and batch_idx == self.step:
+            os.kill(trainer.strategy._server.pid, signal.SIGKILL)
+
+
+class PidFiles(pl.Callback):
+    """Writes each rank's pid (pid_rank{r}) and the parameter server's (pid_server) into a folder."""
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+
+    def on_fit_start(self, trainer, pl_module):
+        (self.out / f"pid_rank{trainer.global_rank}").write_text(str(os.getpid()))
+        server = getattr(trainer.strategy, "_server", None)
+        if server is not None:
+            (self.out / "pid_server").write_text(str(server.pid))
 
 
 class OutOfMemoryAt(pl.Callback):
@@ -108,6 +136,7 @@ def main() -> None:
     parser.add_argument("--staleness", type=float, default=3)
     parser.add_argument("--sync", default="delay")
     parser.add_argument("--devices", type=int, default=2)
+    parser.add_argument("--num-nodes", type=int, default=1, help="Trainer num_nodes (under torchrun --nnodes)")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--samples", type=int, default=256)
     parser.add_argument("--epochs", type=int, default=3)
@@ -119,11 +148,15 @@ def main() -> None:
     parser.add_argument("--resume", default=None)
     parser.add_argument("--kill-rank", type=int, default=None)
     parser.add_argument("--kill-step", type=int, default=3)
+    parser.add_argument("--kill-server-step", type=int, default=None, help="rank 0 SIGKILLs the parameter server then")
     parser.add_argument("--oom-rank", type=int, default=None, help="this rank runs out of memory at --oom-step")
     parser.add_argument("--oom-step", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=60)
     parser.add_argument("--clip", type=float, default=None, help="gradient_clip_val")
     parser.add_argument("--accumulate", type=int, default=1, help="accumulate_grad_batches")
+    parser.add_argument("--overfit-batches", type=int, default=0, help="overfit_batches")
+    parser.add_argument("--fast-dev-run", action="store_true", help="fast_dev_run=True")
+    parser.add_argument("--log-step-sync", action="store_true", help="self.log(on_step=True, sync_dist=True) each step")
     parser.add_argument("--scheduler", action="store_true", help="StepLR(step_size=1, gamma=0.5) per epoch")
     parser.add_argument("--delay", type=int, default=1, help="AllReduceASGDStrategy delay")
     parser.add_argument("--compensation", default=None)
@@ -165,8 +198,11 @@ def main() -> None:
         callbacks.append(HeterogeneitySimulator(slowdown=slowdown, collective_latency_s=args.latency))
     timer = EpochTimer()
     callbacks.append(timer)
+    callbacks.append(PidFiles(args.out))
     if args.kill_rank is not None:
         callbacks.append(KillAt(args.kill_rank, args.kill_step))
+    if args.kill_server_step is not None:
+        callbacks.append(KillServerAt(args.kill_server_step))
     if args.oom_rank is not None:
         callbacks.append(OutOfMemoryAt(args.oom_rank, args.oom_step))
     if args.checkpoint_dir:
@@ -174,14 +210,16 @@ def main() -> None:
     scheduler = partial(torch.optim.lr_scheduler.StepLR, step_size=1, gamma=0.5) if args.scheduler else None
     module = RecordingClassifier(
         MLP(activation="relu"), optimizer=partial(torch.optim.SGD, lr=args.lr, momentum=args.momentum), scheduler=scheduler,
-        compute_sleep=args.compute_sleep, sample_sleep=args.sample_sleep,
+        compute_sleep=args.compute_sleep, sample_sleep=args.sample_sleep, log_step_sync=args.log_step_sync,
     )
     trainer = pl.Trainer(
-        accelerator=args.accelerator, devices=args.devices, strategy=strategy, max_epochs=args.epochs,
+        accelerator=args.accelerator, devices=args.devices, num_nodes=args.num_nodes, strategy=strategy,
+        max_epochs=args.epochs,
         max_steps=args.max_steps, logger=False,
         enable_checkpointing=bool(args.checkpoint_dir), enable_progress_bar=False, enable_model_summary=False,
         callbacks=callbacks, num_sanity_val_steps=0, limit_val_batches=1, gradient_clip_val=args.clip,
-        accumulate_grad_batches=args.accumulate, precision=args.precision,
+        accumulate_grad_batches=args.accumulate, precision=args.precision, overfit_batches=args.overfit_batches,
+        fast_dev_run=args.fast_dev_run,
     )
     data = IndexedData(args.batch_size, args.samples)
     trainer.fit(module, datamodule=data, ckpt_path=args.resume)

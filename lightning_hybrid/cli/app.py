@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -31,8 +32,9 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from pytorch_lightning.accelerators import CPUAccelerator
 
 from lightning_hybrid.classifier import ClassifierModule
-from lightning_hybrid.callbacks import HeterogeneitySimulator
+from lightning_hybrid.callbacks import HeterogeneitySimulator, ProgressLog
 from lightning_hybrid.cli.relaunch import child_ranks_rerun_this_job
+from lightning_hybrid.strategies.checkpoint_io import AtomicCheckpointIO
 
 log = logging.getLogger("lightning_hybrid")
 
@@ -65,11 +67,24 @@ def build_strategy(cfg: DictConfig) -> Any:
     return alias
 
 
+def progress_as_lines(cfg: DictConfig, stream: Any = None) -> bool:
+    """Whether training progress is logged as occasional lines instead of a progress bar."""
+    mode = cfg.get("progress", "auto")
+    if mode not in ("auto", "bar", "log"):
+        raise ValueError(f"progress={mode!r}: choose progress=auto, progress=bar or progress=log")
+    if not cfg.trainer.get("enable_progress_bar", True):
+        return False
+    stream = stream if stream is not None else sys.stderr
+    return mode == "log" or (mode == "auto" and not stream.isatty())
+
+
 def build_callbacks(cfg: DictConfig) -> list[pl.Callback]:
     callbacks = [build(c) for c in (cfg.get("callbacks") or {}).values()]
     sim = build(cfg.sim)
     if sim.active:
         callbacks.append(sim)
+    if progress_as_lines(cfg):
+        callbacks.append(ProgressLog(every_s=float(cfg.get("progress_every_s", 30))))
     return callbacks
 
 
@@ -166,8 +181,13 @@ def train(cfg: DictConfig) -> dict[str, float]:
         datamodule = build(cfg.data)
         module = build_module(cfg)
         loggers = [build(c) for c in (cfg.get("logger") or {}).values()]
+        strategy = build_strategy(cfg.strategy)
+        # The suite's strategies save atomically; Lightning's own (ddp, single) get the same plugin.
+        own_io = getattr(strategy, "_checkpoint_io", None) is not None
         trainer: pl.Trainer = build(
-            cfg.trainer, strategy=build_strategy(cfg.strategy), callbacks=build_callbacks(cfg), logger=loggers or False
+            cfg.trainer, strategy=strategy, callbacks=build_callbacks(cfg), logger=loggers or False,
+            plugins=[] if own_io else [AtomicCheckpointIO()],
+            **({"enable_progress_bar": False} if progress_as_lines(cfg) else {}),
         )
         check_resources(cfg, trainer)
         set_cpu_threads(cfg, trainer)

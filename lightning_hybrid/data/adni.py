@@ -152,6 +152,25 @@ def split_subjects(
     return pick(train), pick(val), pick(test)
 
 
+def check_splits(
+    splits: dict[str, Sequence[Scan]], scans: Sequence[Scan], fractions: dict[str, float | None], task: str
+) -> None:
+    """Raise a ValueError naming the cohort's numbers when a split asked for (fraction > 0, or a
+    cross-validation fold: ``None``) came out empty: its metrics would silently be missing."""
+    for split, fraction in fractions.items():
+        if splits[split] or fraction == 0:
+            continue
+        negative, positive = TASKS[task]
+        subjects = {label: len({s.subject for s in scans if s.label == label}) for label in (0, 1)}
+        asked = f"data.{split}_fraction={fraction}" if fraction is not None else "the cross-validation fold"
+        raise ValueError(
+            f"ADNI {task}: the {split} split is empty. The cohort has {len({s.subject for s in scans})} subjects "
+            f"({subjects[1]} {positive}, {subjects[0]} {negative}; {len(scans)} scans) and {asked} rounds to 0 subjects "
+            f"per class (splits are by subject, stratified by class). Use a larger cohort (more subjects per class), "
+            f"raise data.{split}_fraction, or set data.{split}_fraction=0 to go without a {split} set."
+        )
+
+
 class _Volumes(Dataset):
     """Preprocessed volumes as ``(image, label)`` pairs of plain tensors, optionally through a random
     augmentation (run in the DataLoader's workers)."""
@@ -350,6 +369,7 @@ class ADNIDataModule(InMemoryDataModule):
             raise ValueError(f"{hp.csv_path}: no usable scans for task {hp.task}")
         train, val, test = split_subjects(scans, hp.val_fraction, hp.test_fraction, hp.seed, hp.folds, hp.fold)
         self.splits = {"train": train, "val": val, "test": test}
+        check_splits(self.splits, scans, {"val": hp.val_fraction, "test": None if hp.folds else hp.test_fraction}, hp.task)
         log.info(
             "ADNI %s: %d/%d/%d scans (train/val/test) of %d subjects%s",
             hp.task, len(train), len(val), len(test), len({s.subject for s in scans}),

@@ -151,7 +151,7 @@ class ParameterServer:
             shape = request.dataset
             self.dispenser = ChunkDispenser(
                 shape.num_samples, shape.batch_size, self.num_workers, seed=shape.seed, drop_last=shape.drop_last,
-                dynamic=not self.controller.bsp, max_chunks=shape.max_chunks,
+                dynamic=not self.controller.bsp, max_chunks=shape.max_chunks, shuffle=shape.shuffle,
             )
         # Workers move to a new epoch together (after its global synchronization). A request for a
         # later epoch starts it; one for an earlier epoch comes from an iterator Lightning abandons
@@ -314,6 +314,11 @@ def main() -> None:
     rule = UpdateRule(settings.pushes_per_update, settings.staleness_lr, settings.momentum_correction)
     ParameterServer(pg, settings.workers, settings.staleness, settings.sync, rule, settings.max_steps,
                     settings.step_patience).serve()
+    # Shut down: nothing is left to clean up, and a normal interpreter exit with the channel's
+    # receive threads still blocked in gloo aborts ("terminate called without an active exception").
+    logging.shutdown()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,8 @@ wrapper, sync points, and a replaced optimizer step."""
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -10,12 +12,15 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import Callback, ModelCheckpoint
 from pytorch_lightning.strategies import DDPStrategy
+from lightning_fabric.utilities.distributed import _set_num_threads_if_needed
 from pytorch_lightning.strategies.launchers import _SubprocessScriptLauncher
 from pytorch_lightning.trainer.states import TrainerFn
 from pytorch_lightning.utilities.rank_zero import rank_zero_info
 
 from lightning_hybrid.comm.collectives import workers_backend
 from lightning_hybrid.pipeline.protocol import pipeline_blocks
+from lightning_hybrid.strategies.checkpoint_io import AtomicCheckpointIO
+from lightning_hybrid.strategies.process_watch import CHILD_GRACE_S, LAUNCHER_PID_ENV, ProcessWatch, die_with_parent
 
 
 class SyncPoints(Callback):
@@ -46,11 +51,14 @@ class SyncPoints(Callback):
 class CheckingLauncher(_SubprocessScriptLauncher):
     """Lightning's subprocess launcher that first calls ``strategy.check_trainer(trainer, model)``
     (fitting) or ``strategy.check_evaluation(trainer, model)`` (validate, test, predict; when the
-    strategy has it), so that a run the strategy cannot do fails before any other process starts."""
+    strategy has it), so that a run the strategy cannot do fails before any other process starts,
+    and that watches the processes it starts with a :class:`~lightning_hybrid.strategies.process_watch.ProcessWatch`
+    (``self.watch``) instead of Lightning's observer."""
 
     def __init__(self, strategy: Any, *args: Any) -> None:
         super().__init__(*args)
         self.strategy = strategy
+        self.watch: ProcessWatch | None = None
 
     def launch(self, function: Callable, *args: Any, trainer: pl.Trainer | None = None, **kwargs: Any) -> Any:
         model = args[0] if args and isinstance(args[0], pl.LightningModule) else None
@@ -59,7 +67,18 @@ class CheckingLauncher(_SubprocessScriptLauncher):
             self.strategy.check_trainer(trainer, model)
         elif trainer is not None and hasattr(self.strategy, "check_evaluation"):
             self.strategy.check_evaluation(trainer, model)
-        return super().launch(function, *args, trainer=trainer, **kwargs)
+        # Lightning's launch, with our watch in place of its observer.
+        self.cluster_environment.validate_settings(num_devices=self.num_processes, num_nodes=self.num_nodes)
+        if not self.cluster_environment.creates_processes_externally:
+            os.environ[LAUNCHER_PID_ENV] = str(os.getpid())
+            self._call_children_scripts()
+            self.watch = ProcessWatch()
+            first_rank = self.cluster_environment.node_rank() * self.num_processes
+            for local_rank, process in enumerate(self.procs, start=1):
+                self.watch.add(self.strategy.process_role, first_rank + local_rank, process)
+            self.watch.start()
+        _set_num_threads_if_needed(num_processes=self.num_processes)
+        return function(*args, **kwargs)
 
 
 def refuse_manual_optimization(name: str, model: pl.LightningModule | None, why: str) -> None:
@@ -117,13 +136,17 @@ class CheckedDDPStrategy(DDPStrategy):
     """Lightning's DDP with the suite's conventions: ``processes_per_device`` processes on each device,
     the workers' backend chosen by :func:`~lightning_hybrid.comm.collectives.workers_backend`, a
     launcher that asks the strategy to refuse what it cannot run before any other process starts
-    (:meth:`check_devices`, :meth:`check_trainer`), registry names declared as data (:attr:`aliases`),
-    and one callback of its own attached for a fit (:meth:`attach_callback`). The model is wrapped in
+    (:meth:`check_devices`, :meth:`check_trainer`) and watches the processes it starts
+    (:mod:`~lightning_hybrid.strategies.process_watch`), checkpoints saved atomically
+    (:class:`~lightning_hybrid.strategies.checkpoint_io.AtomicCheckpointIO`), registry names declared
+    as data (:attr:`aliases`), and one callback of its own attached for a fit (:meth:`attach_callback`). The model is wrapped in
     DistributedDataParallel as usual (``ddp_kwargs`` go to it).
     """
 
     #: Lightning registry names of the strategy: name -> (description, constructor arguments).
     aliases: ClassVar[dict[str, tuple[str, dict[str, Any]]]] = {}
+    #: What the rank processes are called in the message that ends a run when one dies.
+    process_role: ClassVar[str] = "worker"
 
     def __init__(
         self,
@@ -144,7 +167,7 @@ class CheckedDDPStrategy(DDPStrategy):
             accelerator=accelerator,
             parallel_devices=parallel_devices,
             cluster_environment=cluster_environment,
-            checkpoint_io=checkpoint_io,
+            checkpoint_io=checkpoint_io if checkpoint_io is not None else AtomicCheckpointIO(),
             precision_plugin=precision_plugin,
             process_group_backend=process_group_backend,
             start_method="popen",
@@ -189,6 +212,30 @@ class CheckedDDPStrategy(DDPStrategy):
     def _configure_launcher(self) -> None:
         assert self.cluster_environment is not None
         self._launcher = CheckingLauncher(self, self.cluster_environment, self.num_processes, self.num_nodes)
+
+    @property
+    def process_watch(self) -> ProcessWatch | None:
+        """The watch over the run's processes (in the process that started them; None elsewhere)."""
+        return getattr(self._launcher, "watch", None)
+
+    @staticmethod
+    def _started_by_our_launcher() -> bool:
+        return os.environ.get(LAUNCHER_PID_ENV) not in (None, str(os.getpid()))
+
+    def setup_environment(self) -> None:
+        if self._started_by_our_launcher():
+            die_with_parent()  # no rank outlives the main process
+        super().setup_environment()
+
+    def on_exception(self, exception: BaseException) -> None:
+        """A rank's run failed. The main process ends the run: naming a process that died first if
+        one did, else stopping the others so that its own error is printed last. A started rank
+        first gives the main process time to do that (its failure may follow another's death)."""
+        super().on_exception(exception)
+        if self.process_watch is not None:
+            self.process_watch.after_own_error()
+        elif self._started_by_our_launcher():
+            time.sleep(CHILD_GRACE_S)
 
     def attach_callback(self, trainer: pl.Trainer, callback: Callback) -> None:
         """Run ``callback`` during this fit, before the user's callbacks (removed at teardown)."""

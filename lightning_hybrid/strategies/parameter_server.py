@@ -25,7 +25,6 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.trainer.states import TrainerFn
 from pytorch_lightning.utilities.exceptions import SIGTERMException
-from pytorch_lightning.utilities.rank_zero import rank_zero_warn
 
 from lightning_hybrid.comm.collectives import all_gather, broadcast_
 from lightning_hybrid.comm.flat import copy_into, flatten, gradients
@@ -95,7 +94,6 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
         self._params: list[torch.Tensor] = []
         self._flat: torch.Tensor | None = None
         self._async = False
-        self._warned_local_reduce = False
         #: ``Trainer(max_steps=N)``: N optimizer steps of the server (the workers' own counts differ).
         self.max_steps = -1
         self._stop = False  # the server has taken max_steps steps
@@ -164,6 +162,8 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
         )
         if self.global_rank == 0:
             self._server = start_server(settings)
+            if self.process_watch is not None:
+                self.process_watch.add("parameter server", None, self._server)
         pg = open_channel(settings.host, settings.port, settings.prefix, self.global_rank + 1, self.num_workers + 1,
                           self.timeout)
         self.client = ParameterServerClient(pg, self.global_rank)
@@ -290,6 +290,8 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
         self.sync_point()
         super().barrier("ps-end")
         if self.global_rank == 0:
+            if self.process_watch is not None and self._server is not None:
+                self.process_watch.forget(self._server)  # its end is planned from here on
             self.client.shutdown()
             self._stop_server()
         self.client = None
@@ -300,19 +302,23 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
         try:
             self._server.wait(timeout=30)
         except subprocess.TimeoutExpired:
+            if self.process_watch is not None:
+                self.process_watch.forget(self._server)
             self._server.kill()
         self._server = None
 
     # ------------------------------------------------------------------ Lightning's collectives
     def reduce(self, tensor: Any, group: Any = None, reduce_op: Any = "mean") -> Any:
         if self._async:
-            if not self._warned_local_reduce:
-                rank_zero_warn(
-                    f"{type(self).__name__}: a sync_dist reduction between sync points stays local to each worker "
-                    "(workers are at different steps). Epoch-level metrics are reduced at the epoch's global sync."
-                )
-                self._warned_local_reduce = True
-            return tensor
+            # Between sync points the workers are at different steps: there is no collective every
+            # worker reaches, and a reduction that silently stayed local would log a wrong number.
+            raise RuntimeError(
+                f"{type(self).__name__}: a reduction across workers was asked for during a training epoch, most likely "
+                "`self.log(..., on_step=True, sync_dist=True)` in training_step. The workers are at different steps "
+                "between the epoch's sync points, so nothing can be reduced there. Log the value with on_step=False "
+                "(epoch-level values are reduced at the epoch's global sync) or with sync_dist=False (each worker "
+                "logs its own)."
+            )
         return super().reduce(tensor, group=group, reduce_op=reduce_op)
 
     def barrier(self, name: str | None = None) -> None:
@@ -324,6 +330,8 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
         if self._own_callback is not None and module is not None and module._trainer is not None:
             module.trainer.fit_loop.epoch_loop.max_steps = self.max_steps
         if self._server is not None and self._server.poll() is None:
+            if self.process_watch is not None:
+                self.process_watch.forget(self._server)  # ended on purpose: not a death to report
             self._server.terminate()
             self._stop_server()
         self.client = None

@@ -1,0 +1,53 @@
+"""Faults in real runs: a SIGKILLed worker or parameter server ends the run on every rank, with one
+last message naming the process that died, and leaves no process behind."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import alive, run_train_script
+
+pytestmark = pytest.mark.multiprocess
+
+
+def pids(out: Path) -> dict[str, int]:
+    return {f.name.removeprefix("pid_"): int(f.read_text()) for f in out.glob("pid_*")}
+
+
+def last_line(text: str) -> str:
+    return [line for line in text.splitlines() if line.strip()][-1]
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads process states from /proc (Linux)")
+@pytest.mark.parametrize("strategy", ["ssp", "cneural"])
+@pytest.mark.parametrize("victim", ["worker", "server"])
+def test_a_killed_process_ends_the_run_naming_it(tmp_path, strategy, victim):
+    kill = ["--kill-rank", "1", "--kill-step", "3"] if victim == "worker" else ["--kill-server-step", "3"]
+    start = time.monotonic()
+    proc = run_train_script(tmp_path, "--strategy", strategy, "--staleness", "2", "--timeout", "30", *kill,
+                            check=False, timeout=120)
+    elapsed = time.monotonic() - start
+    assert proc.returncode != 0
+    started = pids(tmp_path)
+    assert {"rank0", "rank1", "server"} <= set(started), (started, proc.stderr[-3000:])
+    name = r"worker rank 1" if victim == "worker" else r"parameter server"
+    dead = started["rank1" if victim == "worker" else "server"]
+    pattern = rf"lightning-hybrid: {name} \(pid {dead}\) was killed by signal SIGKILL; the run is stopped"
+    assert re.search(pattern, last_line(proc.stderr)), proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr.split("lightning-hybrid:")[-1]
+    assert not [role for role, pid in started.items() if alive(pid)], "a process outlived the run"
+    assert elapsed < 60, f"the run took {elapsed:.0f} s to end"
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads process states from /proc (Linux)")
+def test_no_process_outlives_a_normal_run(tmp_path):
+    run_train_script(tmp_path, "--strategy", "ssp", "--staleness", "2", "--epochs", "1")
+    started = pids(tmp_path)
+    assert {"rank0", "rank1", "server"} <= set(started), started
+    assert not [role for role, pid in started.items() if alive(pid)], "a process outlived the run"
+    assert os.environ.get("LIGHTNING_HYBRID_LAUNCHER_PID") is None  # the test process itself is no launcher
