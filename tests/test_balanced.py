@@ -56,6 +56,20 @@ def test_apportion(total, speeds, min_share, want):
     assert shares == want and sum(shares) == total and min(shares) >= min_share
 
 
+def test_shares_change_only_when_the_step_gets_shorter_by_more_than_the_tolerance():
+    from lightning_hybrid.balance import apportion, step_time, worth_changing
+
+    equal = [64, 64]
+    noisy = [1.04, 0.96]  # two equal devices, measured with 4% noise
+    proposed = apportion(128, noisy)
+    assert proposed != equal and step_time(proposed, noisy) < step_time(equal, noisy)  # a little shorter...
+    assert not worth_changing(equal, proposed, noisy, tolerance=0.05)  # ...but within the noise: keep
+    assert worth_changing(equal, proposed, noisy, tolerance=0.0)
+    straggler = [4.0, 1.0]
+    assert worth_changing(equal, apportion(128, straggler), straggler, tolerance=0.05)
+    assert step_time([102, 26], straggler) == pytest.approx(26.0)
+
+
 def test_apportion_is_proportional_within_one_sample():
     gen = torch.Generator().manual_seed(0)
     for _ in range(200):
@@ -202,6 +216,8 @@ def test_speed_estimates_and_compute_clock():
         (dict(measure_steps=0), "measure_steps"),
         (dict(rebalance_every=-1), "rebalance_every"),
         (dict(smoothing=0.0), "smoothing"),
+        (dict(tolerance=1.0), "tolerance"),
+        (dict(tolerance=-0.1), "tolerance"),
     ],
 )
 def test_bad_arguments(kwargs, match):

@@ -19,7 +19,7 @@ The Lightning glue is :class:`lightning_hybrid.strategies.balanced.BalancedDataP
 from lightning_hybrid.balance.hook import ComputeClock, timed_sum_hook
 from lightning_hybrid.balance.sampler import BalancedBatchSampler, Dealt
 from lightning_hybrid.balance.schedule import ShareSchedule, Step, agreed_start
-from lightning_hybrid.balance.shares import apportion, check_global_batch, check_speeds
+from lightning_hybrid.balance.shares import apportion, check_global_batch, check_speeds, step_time, worth_changing
 from lightning_hybrid.balance.speeds import Meter, SpeedEstimator
 
 __all__ = [
@@ -32,6 +32,8 @@ __all__ = [
     "Step",
     "agreed_start",
     "apportion",
+    "step_time",
+    "worth_changing",
     "check_global_batch",
     "check_speeds",
     "timed_sum_hook",

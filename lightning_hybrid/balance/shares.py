@@ -1,8 +1,10 @@
 """Each rank's share of a global batch, proportional to its speed (largest-remainder rounding).
 
 :func:`apportion` turns relative speeds into whole sample counts that sum to the global batch,
-each at least ``min_share``; :func:`check_speeds` and :func:`check_global_batch` are the checks a
-strategy runs before its processes start.
+each at least ``min_share``; :func:`worth_changing` says whether new shares would shorten the step
+by more than a tolerance (measured speeds are noisy: equal devices must not swap samples back and
+forth); :func:`check_speeds` and :func:`check_global_batch` are the checks a strategy runs before its
+processes start.
 
 Example::
 
@@ -70,3 +72,22 @@ def apportion(total: int, speeds: Sequence[float], min_share: int = 1) -> list[i
     for i in order[:left]:
         shares[i] += 1
     return shares
+
+
+def step_time(shares: Sequence[int], speeds: Sequence[float]) -> float:
+    """The predicted time of a synchronous step: the slowest rank's ``share / speed``."""
+    return max(share / speed for share, speed in zip(shares, speeds))
+
+
+def worth_changing(current: Sequence[int], proposed: Sequence[int], speeds: Sequence[float], tolerance: float) -> bool:
+    """Whether ``proposed`` shares shorten the predicted step of ``current`` by more than ``tolerance``
+    (a fraction) at ``speeds``.
+
+    Example::
+
+        >>> worth_changing([64, 64], [66, 62], [1.03, 0.97], tolerance=0.05)  # noise between equal devices
+        False
+        >>> worth_changing([64, 64], [102, 26], [4.0, 1.0], tolerance=0.05)   # one device 4x slower
+        True
+    """
+    return step_time(proposed, speeds) < (1.0 - tolerance) * step_time(current, speeds)

@@ -33,6 +33,7 @@ from lightning_hybrid.balance import (
     check_global_batch,
     check_speeds,
     timed_sum_hook,
+    worth_changing,
 )
 from lightning_hybrid.comm.collectives import all_gather
 from lightning_hybrid.strategies import common
@@ -84,6 +85,8 @@ class BalancedDataParallelStrategy(common.CheckedDDPStrategy):
         rebalance_every: re-measure and rebalance every this many optimizer steps; ``0`` or ``None``: never.
         min_share: the fewest samples of a global batch any rank gets.
         smoothing: the weight of the newest measurement in the smoothed speeds (``1``: none).
+        tolerance: shares change only when the new ones shorten the predicted step by more than this
+            fraction (measured speeds are noisy: equal devices keep equal shares).
         find_unused_parameters: DistributedDataParallel's option.
         process_group_backend: ``None`` (nccl with one process per GPU, otherwise gloo) or a backend name.
         processes_per_device: processes started on each device the Trainer gives.
@@ -135,6 +138,7 @@ class BalancedDataParallelStrategy(common.CheckedDDPStrategy):
         rebalance_every: int | None = 100,
         min_share: int = 1,
         smoothing: float = 0.5,
+        tolerance: float = 0.05,
         find_unused_parameters: bool = False,
         **kwargs: Any,
     ) -> None:
@@ -145,6 +149,9 @@ class BalancedDataParallelStrategy(common.CheckedDDPStrategy):
         self.rebalance_every = _whole("rebalance_every", rebalance_every or 0, 0) or None
         self.min_share = _whole("min_share", min_share, 1)
         self.estimator = SpeedEstimator(smoothing)
+        if not 0.0 <= tolerance < 1.0:
+            raise ValueError(f"tolerance must be a fraction in [0, 1), got {tolerance}")
+        self.tolerance = float(tolerance)
         #: Simulated slowdown of this rank's compute (set by lightning_hybrid.callbacks.HeterogeneitySimulator).
         self.compute_slowdown = 1.0
         #: Seconds this rank has waited in the all-reduce (the simulator does not stretch them).
@@ -318,7 +325,7 @@ class BalancedDataParallelStrategy(common.CheckedDDPStrategy):
             return
         self._next_decision = done + self.rebalance_every if self.rebalance_every else None
         shares = tuple(apportion(schedule.global_batch, speeds, self.min_share))
-        if shares == schedule.latest:
+        if shares == schedule.latest or not worth_changing(schedule.latest, shares, speeds, self.tolerance):
             return
         start = agreed_start([(row[3], row[4]) for row in rows])
         schedule.change(start, shares)
