@@ -1,5 +1,6 @@
 """Two nodes on one machine: `torchrun --nnodes 2` launched twice (one launcher per node, as on a
-cluster), each starting one rank; the parameter server is reached through the rendezvous."""
+cluster), each starting one rank, and two processes given the variables SLURM's `srun` sets (Lightning's
+SLURMEnvironment); the parameter server is reached through the rendezvous."""
 
 from __future__ import annotations
 
@@ -23,30 +24,41 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def two_launchers(out: Path, *args: str, timeout: float = 240) -> None:
-    """``torchrun --nnodes 2 --nproc-per-node 1 --node-rank {0,1}`` of tests/train_script.py."""
+def two_launchers(out: Path, *args: str, launcher: str = "torchrun", timeout: float = 240) -> None:
+    """tests/train_script.py on two one-rank nodes: ``torchrun --nnodes 2 --nproc-per-node 1
+    --node-rank {0,1}``, or (``launcher="slurm"``) two processes with the variables ``srun -N 2 -n 2``
+    gives its tasks."""
     out.mkdir(parents=True, exist_ok=True)
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_RANK", "RANK", "WORLD_SIZE", "MASTER_PORT", "NODE_RANK")}
-    launchers = [
-        subprocess.Popen(
-            [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1", "--node-rank",
-             str(node), "--master-addr", "127.0.0.1", "--master-port", str(port), str(TRAIN_SCRIPT), str(out), *args,
-             "--devices", "1", "--num-nodes", "2"],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        )
-        for node in (0, 1)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("LOCAL_RANK", "RANK", "WORLD_SIZE", "MASTER_PORT", "NODE_RANK") and not k.startswith("SLURM_")}
+    script = [str(TRAIN_SCRIPT), str(out), *args, "--devices", "1", "--num-nodes", "2"]
+    commands, envs = [], []
+    for node in (0, 1):
+        if launcher == "torchrun":
+            commands.append([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
+                             "--node-rank", str(node), "--master-addr", "127.0.0.1", "--master-port", str(port), *script])
+            envs.append(env)
+        else:
+            commands.append([sys.executable, *script])
+            envs.append({**env, "SLURM_NTASKS": "2", "SLURM_NNODES": "2", "SLURM_NTASKS_PER_NODE": "1",
+                         "SLURM_PROCID": str(node), "SLURM_LOCALID": "0", "SLURM_NODEID": str(node),
+                         "SLURM_NODELIST": "127.0.0.1", "SLURM_JOB_ID": "4242", "SLURM_JOB_NAME": "two_nodes",
+                         "MASTER_PORT": str(port)})
+    processes = [
+        subprocess.Popen(command, env=node_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for command, node_env in zip(commands, envs)
     ]
     outputs = []
-    for launcher in launchers:
+    for process in processes:
         try:
-            outputs.append(launcher.communicate(timeout=timeout)[0])
+            outputs.append(process.communicate(timeout=timeout)[0])
         except subprocess.TimeoutExpired:
-            for other in launchers:
+            for other in processes:
                 other.kill()
-            pytest.fail(f"torchrun timed out after {timeout} s")
-    for node, (launcher, output) in enumerate(zip(launchers, outputs)):
-        assert launcher.returncode == 0, f"node {node}'s torchrun exited {launcher.returncode}:\n{output[-5000:]}"
+            pytest.fail(f"{launcher} launch timed out after {timeout} s")
+    for node, (process, output) in enumerate(zip(processes, outputs)):
+        assert process.returncode == 0, f"node {node} exited {process.returncode}:\n{output[-5000:]}"
 
 
 def check_equal(run: Path, reference: Path) -> None:
@@ -58,11 +70,14 @@ def check_equal(run: Path, reference: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "strategy", [("--strategy", "ssp", "--staleness", "0"), ("--strategy", "asgd", "--delay", "0")], ids=["ssp", "allreduce_asgd"]
+    "strategy, launcher",
+    [(("--strategy", "ssp", "--staleness", "0"), "torchrun"), (("--strategy", "asgd", "--delay", "0"), "torchrun"),
+     (("--strategy", "ssp", "--staleness", "0"), "slurm")],
+    ids=["ssp-torchrun", "allreduce_asgd-torchrun", "ssp-slurm"],
 )
-def test_two_torchrun_launchers_equal_one_node_ddp(tmp_path, tmp_path_factory, strategy):
+def test_two_nodes_equal_one_node_ddp(tmp_path, tmp_path_factory, strategy, launcher):
     """At staleness 0 / delay 0 both strategies equal DDP: on two nodes as on one."""
     assert REFERENCE[:2] == ("--devices", "2")  # one node of two ranks, split into two nodes of one rank
     ddp = shared_train_script(tmp_path_factory, "--strategy", "ddp", *REFERENCE)
-    two_launchers(tmp_path, *strategy, *REFERENCE[2:])
+    two_launchers(tmp_path, *strategy, *REFERENCE[2:], launcher=launcher)
     check_equal(tmp_path, ddp)

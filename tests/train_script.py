@@ -86,22 +86,24 @@ class RecordingClassifier(ClassifierModule):
 class KillAt(pl.Callback):
     """SIGKILLs this process at a given training step on a given rank: a crashed worker."""
 
-    def __init__(self, rank: int, step: int) -> None:
-        self.rank, self.step = rank, step
+    def __init__(self, rank: int, step: int, out: Path) -> None:
+        self.rank, self.step, self.out = rank, step, out
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         if trainer.global_rank == self.rank and batch_idx == self.step:
+            (self.out / "killed_at").write_text(repr(time.time()))
             os.kill(os.getpid(), signal.SIGKILL)
 
 
 class KillServerAt(pl.Callback):
     """SIGKILLs the parameter server (started by rank 0) at a given training step of rank 0."""
 
-    def __init__(self, step: int) -> None:
-        self.step = step
+    def __init__(self, step: int, out: Path) -> None:
+        self.step, self.out = step, out
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         if trainer.global_rank == 0 and batch_idx == self.step:
+            (self.out / "killed_at").write_text(repr(time.time()))
             os.kill(trainer.strategy._server.pid, signal.SIGKILL)
 
 
@@ -200,9 +202,9 @@ def main() -> None:
     callbacks.append(timer)
     callbacks.append(PidFiles(args.out))
     if args.kill_rank is not None:
-        callbacks.append(KillAt(args.kill_rank, args.kill_step))
+        callbacks.append(KillAt(args.kill_rank, args.kill_step, args.out))
     if args.kill_server_step is not None:
-        callbacks.append(KillServerAt(args.kill_server_step))
+        callbacks.append(KillServerAt(args.kill_server_step, args.out))
     if args.oom_rank is not None:
         callbacks.append(OutOfMemoryAt(args.oom_rank, args.oom_step))
     if args.checkpoint_dir:
