@@ -19,6 +19,10 @@ switchable for comparison:
   the optimizer's explicit momentum (SGD's ``momentum``) by that much, never below 0, so the total
   stays the momentum the user configured. ``E[tau]`` is a running mean of the measured staleness,
   each weighted as its gradient is in the step (a gradient that counts ``1 / tau`` adds less).
+  Measured (LeNet-5, MNIST, 2 workers, momentum 0.9, one 4x slower): without it SSP never reached
+  98% test accuracy in 8 epochs (2 seeds); with it, in 5-7. Counting only gradients two or more
+  steps old (leaving the occasional one-step-old gradient of workers that keep pace out) was
+  tried and lost that: 1 of 3 seeds reached 98%.
 
 With ``pushes_per_update=1``, ``staleness_lr=False`` and ``momentum_correction=False`` every push is
 a step at the user's learning rate and momentum (the rule before, and Zhang et al. 2017's).
