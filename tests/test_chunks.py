@@ -57,3 +57,13 @@ def test_drop_last_and_cap():
     d = ChunkDispenser(num_samples=100, batch_size=10, num_workers=2, max_chunks=4)
     d.start_epoch(0)
     assert sum(len(v) for v in drain(d, [0, 1]).values()) == 4
+
+
+def test_unshuffled_dealing_repeats_the_same_batches_in_order():
+    """shuffle=False (a sequential sampler, overfit_batches): chunks 0, 1, 2, ... of 0..n-1, every epoch."""
+    d = ChunkDispenser(num_samples=40, batch_size=8, num_workers=2, max_chunks=4, shuffle=False)
+    for epoch in (0, 1):
+        d.start_epoch(epoch)
+        chunks = [d.next_chunk(w).tolist() for w in (0, 1, 0, 1)]
+        assert chunks == [list(range(8 * k, 8 * k + 8)) for k in range(4)]
+        assert d.next_chunk(0) is None

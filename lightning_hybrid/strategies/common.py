@@ -139,8 +139,8 @@ class CheckedDDPStrategy(DDPStrategy):
     (:meth:`check_devices`, :meth:`check_trainer`) and watches the processes it starts
     (:mod:`~lightning_hybrid.strategies.process_watch`), checkpoints saved atomically
     (:class:`~lightning_hybrid.strategies.checkpoint_io.AtomicCheckpointIO`), registry names declared
-    as data (:attr:`aliases`), and one callback of its own attached for a fit (:meth:`attach_callback`). The model is wrapped in
-    DistributedDataParallel as usual (``ddp_kwargs`` go to it).
+    as data (:attr:`aliases`), and one callback of its own attached for a fit (:meth:`attach_callback`).
+    The model is wrapped in DistributedDataParallel as usual (``ddp_kwargs`` go to it).
     """
 
     #: Lightning registry names of the strategy: name -> (description, constructor arguments).

@@ -87,7 +87,7 @@ class ProcessWatch:
 
     Args:
         interval: seconds between polls.
-        stream: where the final message goes (default: the standard error, by file descriptor).
+        stream_fd: the file descriptor the final message is written to (default 2: standard error).
 
     Example::
 
