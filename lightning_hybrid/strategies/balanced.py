@@ -306,9 +306,10 @@ class BalancedDataParallelStrategy(common.CheckedDDPStrategy):
             if not self._warming_up:
                 self._interval.add(samples, compute, wait)
             self._warming_up = False
-            module.log("balanced/share", float(self._batch.samples), on_step=True, on_epoch=False)
-            module.log("balanced/compute_s", compute, on_step=True, on_epoch=False)
-            module.log("balanced/wait_s", wait, on_step=True, on_epoch=False)
+            if module.trainer._logger_connector.should_update_logs:  # the steps the loggers write (log_every_n_steps)
+                module.log("balanced/share", float(self._batch.samples), on_step=True, on_epoch=False)
+                module.log("balanced/compute_s", compute, on_step=True, on_epoch=False)
+                module.log("balanced/wait_s", wait, on_step=True, on_epoch=False)
         done = module.trainer.global_step + 1  # Lightning counts this step once the strategy has made it
         if self._next_decision is not None and done >= self._next_decision:
             self._rebalance(done)
