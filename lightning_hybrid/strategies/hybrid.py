@@ -161,7 +161,7 @@ class HybridParallelStrategy(common.RoutedEvaluation, common.UnwrappedDDPStrateg
         self._dp_group: dist.ProcessGroup | None = None
         self._accumulate = 1
         self._step_grads: list[torch.Tensor | None] = []
-        self._planned_for: torch.nn.Module | None = None
+        self._planned_for: pl.LightningModule | None = None  # the module whose blocks the pipeline holds
 
     # ------------------------------------------------------------------ checks (before processes start)
     def check_trainer(self, trainer: pl.Trainer, model: pl.LightningModule | None) -> None:
@@ -255,7 +255,7 @@ class HybridParallelStrategy(common.RoutedEvaluation, common.UnwrappedDDPStrateg
     def _ensure_pipeline(self, inputs: torch.Tensor) -> PipelineParallel:
         """Plan on rank 0 with one micro-batch of the first batch, share the placement, build this rank's stage."""
         module = self.lightning_module
-        if self.pipeline is not None and self._planned_for is pipeline_blocks(module):
+        if self.pipeline is not None and self._planned_for is module:  # every step: no search for the blocks
             return self.pipeline
         devices = self._given_devices() if self.device_specs is not None else self._probe_devices()
         planned: Placement | Exception | None = None
@@ -272,12 +272,13 @@ class HybridParallelStrategy(common.RoutedEvaluation, common.UnwrappedDDPStrateg
             raise planned
         self.placement = planned
         self.mesh = Mesh(self.pipeline_stages, self.data_parallel, tuple(self.placement.device_order))
-        named = list(pipeline_blocks(module).named_children())
+        blocks = pipeline_blocks(module)
+        named = list(blocks.named_children())
         self.pipeline = PipelineParallel(
             named, [(st.start, st.stop) for st in self.placement.stages], self.mesh, self.global_rank, self._pp_group,
             self.root_device, slowdown=self.compute_slowdown,
         )
-        self._planned_for = pipeline_blocks(module)
+        self._planned_for = module
         if self.global_rank == 0:
             names = [name for name, _ in named]
             log.info(

@@ -290,20 +290,20 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
         self.sync_point()
         super().barrier("ps-end")
         if self.global_rank == 0:
-            if self.process_watch is not None and self._server is not None:
-                self.process_watch.forget(self._server)  # its end is planned from here on
-            self.client.shutdown()
-            self._stop_server()
+            self._stop_server(self.client.shutdown)
         self.client = None
 
-    def _stop_server(self) -> None:
+    def _stop_server(self, ask_to_end: Callable[[], Any]) -> None:
+        """End the server on purpose: stop watching it (its exit is no death to report), ``ask_to_end()``,
+        wait for it, kill it if it does not end."""
         if self._server is None:
             return
+        if self.process_watch is not None:
+            self.process_watch.forget(self._server)
+        ask_to_end()
         try:
             self._server.wait(timeout=30)
         except subprocess.TimeoutExpired:
-            if self.process_watch is not None:
-                self.process_watch.forget(self._server)
             self._server.kill()
         self._server = None
 
@@ -330,10 +330,7 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
         if self._own_callback is not None and module is not None and module._trainer is not None:
             module.trainer.fit_loop.epoch_loop.max_steps = self.max_steps
         if self._server is not None and self._server.poll() is None:
-            if self.process_watch is not None:
-                self.process_watch.forget(self._server)  # ended on purpose: not a death to report
-            self._server.terminate()
-            self._stop_server()
+            self._stop_server(self._server.terminate)
         self.client = None
         self._async = False
         super().teardown()

@@ -22,6 +22,7 @@ wires it in.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
 import logging
 import os
@@ -184,8 +185,6 @@ def _kill(process: subprocess.Popen) -> bool:
     if process.poll() is not None:
         return False
     process.kill()
-    try:
+    with contextlib.suppress(subprocess.TimeoutExpired):  # stuck in the kernel: it dies when it returns
         process.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        pass
     return True
