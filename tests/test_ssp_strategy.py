@@ -120,6 +120,15 @@ def test_async_checkpoint_resume_runs(tmp_path):
     assert set(seen) == {1}, "the resumed run trains only the remaining epoch"
 
 
+@pytest.mark.parametrize("strategy, staleness", [("ssp", "inf"), ("cneural", "0")])
+def test_workers_leaving_before_the_server_ends_is_no_fault(tmp_path, strategy, staleness):
+    # Rank 0 ends the server 2 s after the run's last sync; the other worker must still be connected
+    # then (CI once failed this way: its closed connection read to the server as a dead worker).
+    run_train_script(tmp_path, "--strategy", strategy, "--staleness", staleness, "--epochs", "1", "--samples", "64",
+                     "--slow-server-stop", "2")
+    assert (tmp_path / "summary.json").exists()
+
+
 # ---------------------------------------------------------------- bad input, before any process starts
 @pytest.mark.parametrize(
     "kwargs, match",

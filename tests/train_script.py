@@ -174,6 +174,8 @@ def main() -> None:
     parser.add_argument("--precision", default="32-true")
     parser.add_argument("--accelerator", default="cpu")
     parser.add_argument("--processes-per-device", type=int, default=1, help="our strategies: processes on each device")
+    parser.add_argument("--slow-server-stop", type=float, default=0.0,
+                        help="parameter-server strategies: rank 0 waits this long before it ends the server")
     args = parser.parse_args()
     torch.set_num_threads(threads_per_process(args.devices * args.processes_per_device))
 
@@ -194,6 +196,14 @@ def main() -> None:
             global_batch=args.global_batch, speeds=[float(s) for s in args.speeds.split(",")] if args.speeds else None,
             measure_steps=args.measure_steps, rebalance_every=args.rebalance_every, **shared,
         )
+    if args.slow_server_stop:  # the other workers may leave first: the server must not take that for a death
+        stop_server = strategy._stop_server
+
+        def slow_stop_server(*a, **k):
+            time.sleep(args.slow_server_stop)
+            return stop_server(*a, **k)
+
+        strategy._stop_server = slow_stop_server
     callbacks = []
     if args.slowdown or args.latency:
         slowdown = [float(f) for f in args.slowdown.split(",")] if args.slowdown else None

@@ -288,9 +288,12 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
         if self.client is None:
             return
         self.sync_point()
-        super().barrier("ps-end")
+        super().barrier("ps-end")  # every worker is done with the server
         if self.global_rank == 0:
             self._stop_server(self.client.shutdown)
+        # The others leave only now: a worker whose connection closes while the server still serves
+        # reads to the server as a worker that died.
+        super().barrier("ps-ended")
         self.client = None
 
     def _stop_server(self, ask_to_end: Callable[[], Any]) -> None:
