@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -53,16 +54,25 @@ TRAIN_SCRIPT = Path(__file__).with_name("train_script.py")
 REFERENCE = ("--devices", "2", "--batch-size", "16", "--epochs", "3", "--lr", "0.05", "--momentum", "0.9")
 
 
-def run_train_script(out: Path, *args: str, timeout: float = 240, check: bool = True) -> subprocess.CompletedProcess:
-    """Run tests/train_script.py (a user's script with its own Trainer) writing into ``out``."""
+def run_script(
+    script: Path, out: Path, *args: str, timeout: float = 240, check: bool = True, fork_ranks: bool = True
+) -> subprocess.CompletedProcess:
+    """Run one of the tests' user scripts (each builds its own Trainer) writing into ``out``; fail the
+    test when it fails (unless ``check=False``). Our strategies fork their other ranks
+    (``--fork-ranks``: no second import of torch and Lightning, 4 s of CPU per rank) unless
+    ``fork_ranks=False`` asks for Lightning's default, each rank running the script anew."""
     out.mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_RANK", "MASTER_PORT", "WORLD_SIZE", "NODE_RANK")}
-    proc = subprocess.run(
-        [sys.executable, str(TRAIN_SCRIPT), str(out), *args], env=env, capture_output=True, text=True, timeout=timeout
-    )
+    command = [sys.executable, str(script), str(out), *args, *(["--fork-ranks"] if fork_ranks else [])]
+    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:
-        pytest.fail(f"train_script.py {' '.join(args)} exited {proc.returncode}:\n{proc.stderr[-6000:]}")
+        pytest.fail(f"{script.name} {' '.join(args)} exited {proc.returncode}:\n{proc.stderr[-6000:]}")
     return proc
+
+
+def run_train_script(out: Path, *args: str, **kwargs: Any) -> subprocess.CompletedProcess:
+    """:func:`run_script` of tests/train_script.py (a user's script training a small classifier)."""
+    return run_script(TRAIN_SCRIPT, out, *args, **kwargs)
 
 
 def shared_train_script(tmp_path_factory: pytest.TempPathFactory, *args: str) -> Path:

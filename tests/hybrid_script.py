@@ -98,6 +98,7 @@ def main() -> None:
     parser.add_argument("--precision", default="32-true")
     parser.add_argument("--processes-per-device", type=int, default=1)
     parser.add_argument("--plain", action="store_true", help="a plain LightningModule (PlainClassifier)")
+    parser.add_argument("--fork-ranks", action="store_true", help="fork_ranks=True")
     args = parser.parse_args()
     torch.set_num_threads(threads_per_process(args.stages * args.dp))
     args.out.mkdir(parents=True, exist_ok=True)
@@ -106,7 +107,7 @@ def main() -> None:
         pipeline_stages=args.stages, data_parallel=args.dp, placement=placement, schedule=args.schedule,
         micro_batches=args.micro,
         devices=None if args.speeds == "probe" else [float(s) for s in args.speeds.split(",")],
-        gradient_sync=args.sync, placement_options={"t_max": 300}, processes_per_device=args.processes_per_device,
+        gradient_sync=args.sync, placement_options={"t_max": 300}, processes_per_device=args.processes_per_device, fork_ranks=args.fork_ranks,
     )
     callbacks = [RecordFirstStep(args.out), pl.callbacks.ModelCheckpoint(dirpath=args.out / "ckpt", save_last=True)]
     if args.slowdown:

@@ -66,11 +66,12 @@ def main() -> None:
     parser.add_argument("--accelerator", default="cpu")
     parser.add_argument("--processes-per-device", type=int, default=1)
     parser.add_argument("--plain", action="store_true", help="a plain LightningModule (PlainModule) instead")
+    parser.add_argument("--fork-ranks", action="store_true", help="fork_ranks=True")
     args = parser.parse_args()
     abilities = [float(a) for a in args.abilities.split(",")]
     torch.set_num_threads(threads_per_process(len(abilities)))
     strategy = PartitionedInferenceStrategy(abilities=abilities, conv_partition=args.conv, fc_partition=args.fc,
-                                            processes_per_device=args.processes_per_device)
+                                            processes_per_device=args.processes_per_device, fork_ranks=args.fork_ranks)
     devices = len(abilities) // args.processes_per_device
     trainer = pl.Trainer(accelerator=args.accelerator, devices=devices, strategy=strategy, logger=False,
                          enable_progress_bar=False, enable_model_summary=False)

@@ -24,12 +24,15 @@ def last_line(text: str) -> str:
 
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads process states from /proc (Linux)")
-@pytest.mark.parametrize("strategy", ["ssp", "cneural"])
-@pytest.mark.parametrize("victim", ["worker", "server"])
-def test_a_killed_process_ends_the_run_naming_it(tmp_path, strategy, victim):
+@pytest.mark.parametrize(
+    "strategy, victim, fork_ranks",
+    [("ssp", "worker", False), ("ssp", "server", False), ("cneural", "worker", False), ("cneural", "server", False),
+     ("ssp", "worker", True)],
+)
+def test_a_killed_process_ends_the_run_naming_it(tmp_path, strategy, victim, fork_ranks):
     kill = ["--kill-rank", "1", "--kill-step", "3"] if victim == "worker" else ["--kill-server-step", "3"]
     proc = run_train_script(tmp_path, "--strategy", strategy, "--staleness", "2", "--timeout", "30", *kill,
-                            check=False, timeout=120)
+                            check=False, timeout=120, fork_ranks=fork_ranks)
     ended = time.time()
     assert proc.returncode != 0
     started = pids(tmp_path)
@@ -46,8 +49,9 @@ def test_a_killed_process_ends_the_run_naming_it(tmp_path, strategy, victim):
 
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads process states from /proc (Linux)")
-def test_no_process_outlives_a_normal_run(tmp_path):
-    run_train_script(tmp_path, "--strategy", "ssp", "--staleness", "2", "--epochs", "1")
+@pytest.mark.parametrize("fork_ranks", [False, True])
+def test_no_process_outlives_a_normal_run(tmp_path, fork_ranks):
+    run_train_script(tmp_path, "--strategy", "ssp", "--staleness", "2", "--epochs", "1", fork_ranks=fork_ranks)
     started = pids(tmp_path)
     assert {"rank0", "rank1", "server"} <= set(started), started
     assert not [role for role, pid in started.items() if alive(pid)], "a process outlived the run"

@@ -3,8 +3,6 @@ loss, gradients, parameters and predictions of single-device training; checkpoin
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -22,6 +20,7 @@ from lightning_hybrid.pipeline import StageModule
 from lightning_hybrid.placement import InfeasiblePlacementError
 
 sys.path.insert(0, str(Path(__file__).parent))
+from conftest import run_script  # noqa: E402
 from hybrid_script import make_data, make_module  # noqa: E402
 
 SCRIPT = Path(__file__).with_name("hybrid_script.py")
@@ -29,11 +28,7 @@ pytestmark = pytest.mark.multiprocess
 
 
 def run(out: Path, *args: str) -> None:
-    env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_RANK", "MASTER_PORT", "WORLD_SIZE", "NODE_RANK")}
-    proc = subprocess.run([sys.executable, str(SCRIPT), str(out), *args], env=env, capture_output=True, text=True,
-                          timeout=240)
-    if proc.returncode != 0:
-        pytest.fail(f"hybrid_script.py {' '.join(args)} exited {proc.returncode}:\n{proc.stderr[-6000:]}")
+    run_script(SCRIPT, out, *args)
 
 
 def reference_steps(samples: int, steps: int, lr: float = 0.1, momentum: float = 0.0, clip: float | None = None,

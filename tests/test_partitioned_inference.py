@@ -3,9 +3,6 @@ on real processes equal single-device predictions."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +11,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from conftest import run_script
 from lightning_hybrid import ClassifierModule, PartitionedInferenceStrategy
 from lightning_hybrid.models import VGG16, LeNet5, ResAttNet3D
 from lightning_hybrid.partition import block_sparse_matrix
@@ -172,20 +170,13 @@ def test_bad_input_is_refused_with_what_to_change():
 
 
 # ---------------------------------------------------------------------- real processes
-def run_script(out: Path, *args: str) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_RANK", "MASTER_PORT", "WORLD_SIZE", "NODE_RANK")}
-    proc = subprocess.run([sys.executable, str(SCRIPT), str(out), *args], env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-6000:]
-
-
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("abilities, conv, fc, models, plain", [
     ("1,2,3", "bodp", "mscc_fgcp", ["lenet", "vgg", "resattnet"], False),
     ("2,1", "grid2d", "rows", ["lenet", "vgg"], True),  # plain LightningModules: no protocol, no loss
 ])
 def test_every_rank_predicts_what_one_device_does(tmp_path, abilities, conv, fc, models, plain):
-    run_script(tmp_path, "--models", *models, "--abilities", abilities, "--conv", conv, "--fc", fc,
+    run_script(SCRIPT, tmp_path, "--models", *models, "--abilities", abilities, "--conv", conv, "--fc", fc,
                *(["--plain"] if plain else []))
     workers = len(abilities.split(","))
     for name in models:

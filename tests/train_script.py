@@ -174,6 +174,7 @@ def main() -> None:
     parser.add_argument("--precision", default="32-true")
     parser.add_argument("--accelerator", default="cpu")
     parser.add_argument("--processes-per-device", type=int, default=1, help="our strategies: processes on each device")
+    parser.add_argument("--fork-ranks", action="store_true", help="our strategies: fork_ranks=True")
     parser.add_argument("--slow-server-stop", type=float, default=0.0,
                         help="parameter-server strategies: rank 0 waits this long before it ends the server")
     args = parser.parse_args()
@@ -181,7 +182,7 @@ def main() -> None:
 
     pl.seed_everything(0)
     strategy = args.strategy
-    shared = {"processes_per_device": args.processes_per_device}
+    shared = {"processes_per_device": args.processes_per_device, "fork_ranks": args.fork_ranks}
     if strategy == "ssp":
         strategy = SSPStrategy(staleness=args.staleness, sync=args.sync, timeout=args.timeout, **shared)
     elif strategy == "cneural":

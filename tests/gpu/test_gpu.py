@@ -13,10 +13,9 @@ rtol 1e-4 where the CPU suite uses 1e-5.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -24,7 +23,12 @@ import torch
 
 TESTS = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TESTS))
-from conftest import REAL_MNIST, run_train_script  # noqa: E402
+from conftest import REAL_MNIST, run_script, run_train_script  # noqa: E402
+
+# On GPUs the ranks are started as users start them by default (each runs the script anew): a fork
+# must not follow CUDA's initialization, and this is the path the GPU checks are for.
+run_train_script = partial(run_train_script, fork_ranks=False)
+run_script = partial(run_script, timeout=300, fork_ranks=False)
 
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
 pytestmark = [
@@ -119,13 +123,6 @@ def test_balanced_on_two_gpus_over_nccl_equals_one_process(tmp_path, single_proc
 # ---------------------------------------------------------------------- pipeline and partitioned inference
 HYBRID = TESTS / "hybrid_script.py"
 PARTITION = TESTS / "partition_script.py"
-
-
-def run_script(script: Path, out: Path, *args: str, timeout: float = 300) -> None:
-    env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_RANK", "MASTER_PORT", "WORLD_SIZE", "NODE_RANK")}
-    proc = subprocess.run([sys.executable, str(script), str(out), *args], env=env, capture_output=True, text=True,
-                          timeout=timeout)
-    assert proc.returncode == 0, proc.stderr[-6000:]
 
 
 def test_pipeline_on_one_gpu_equals_one_device(tmp_path):
