@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import hashlib
+import json
+import multiprocessing
 import os
+import select
+import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +19,10 @@ import pytest
 
 from lightning_hybrid.data.idx import write_idx
 from threads import threads_per_process
+
+# Tests that start processes with multiprocessing use "forkserver": each process is forked from a
+# server that has imported these once (a "spawn" would import torch and Lightning again, 4 s of CPU).
+multiprocessing.set_forkserver_preload(["torch", "torch.distributed", "pytorch_lightning", "lightning_hybrid"])
 
 REPO = Path(__file__).resolve().parents[1]
 REAL_MNIST = REPO.parent / "shared" / "data" / "mnist"
@@ -54,6 +63,39 @@ TRAIN_SCRIPT = Path(__file__).with_name("train_script.py")
 REFERENCE = ("--devices", "2", "--batch-size", "16", "--epochs", "3", "--lr", "0.05", "--momentum", "0.9")
 
 
+class Zygote:
+    """Client of ``tests/zygote.py``: runs ``python ARGV`` as a process forked from a Python that has
+    already imported torch, Lightning and Hydra (started once per pytest worker), returning what
+    :func:`subprocess.run` with ``capture_output=True, text=True`` would. A new interpreter per run
+    instead with ``LIGHTNING_HYBRID_TESTS_FRESH_PYTHON=1``."""
+
+    _process: subprocess.Popen | None = None
+
+    @classmethod
+    def run(cls, argv: list[str], env: dict[str, str], cwd: Path, timeout: float) -> subprocess.CompletedProcess:
+        command = [sys.executable, *argv]
+        if os.environ.get("LIGHTNING_HYBRID_TESTS_FRESH_PYTHON") == "1":
+            return subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+        if cls._process is None or cls._process.poll() is not None:
+            cls._process = subprocess.Popen(
+                [sys.executable, str(Path(__file__).with_name("zygote.py"))], stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, text=True, env={k: v for k, v in os.environ.items() if k != "LOCAL_RANK"},
+            )
+        with tempfile.TemporaryDirectory() as tmp:
+            out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
+            request = {"argv": argv, "env": env, "cwd": str(cwd), "stdout": str(out), "stderr": str(err)}
+            cls._process.stdin.write(json.dumps(request) + "\n")
+            cls._process.stdin.flush()
+            pid = json.loads(cls._process.stdout.readline())["pid"]
+            ready, _, _ = select.select([cls._process.stdout], [], [], timeout)
+            if not ready:
+                os.kill(pid, signal.SIGKILL)
+                cls._process.stdout.readline()  # its return code
+                raise subprocess.TimeoutExpired(command, timeout, output=out.read_text(), stderr=err.read_text())
+            returncode = json.loads(cls._process.stdout.readline())["returncode"]
+            return subprocess.CompletedProcess(command, returncode, out.read_text(), err.read_text())
+
+
 def run_script(
     script: Path, out: Path, *args: str, timeout: float = 240, check: bool = True, fork_ranks: bool = True
 ) -> subprocess.CompletedProcess:
@@ -63,8 +105,8 @@ def run_script(
     ``fork_ranks=False`` asks for Lightning's default, each rank running the script anew."""
     out.mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_RANK", "MASTER_PORT", "WORLD_SIZE", "NODE_RANK")}
-    command = [sys.executable, str(script), str(out), *args, *(["--fork-ranks"] if fork_ranks else [])]
-    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
+    argv = [str(script), str(out), *args, *(["--fork-ranks"] if fork_ranks else [])]
+    proc = Zygote.run(argv, env, Path.cwd(), timeout)
     if check and proc.returncode != 0:
         pytest.fail(f"{script.name} {' '.join(args)} exited {proc.returncode}:\n{proc.stderr[-6000:]}")
     return proc
@@ -104,14 +146,29 @@ def run_cli(*overrides: str, cwd: Path, timeout: float = 240, check: bool = True
     """Run ``python -m lightning_hybrid.cli`` with overrides in ``cwd``; fail the test on timeout."""
     env = {**os.environ, "HYDRA_FULL_ERROR": "0", "PYTHONWARNINGS": "ignore"}
     env.pop("LOCAL_RANK", None)
-    proc = subprocess.run(
-        [sys.executable, "-m", "lightning_hybrid.cli", *overrides, "trainer.enable_progress_bar=false",
+    proc = Zygote.run(
+        ["-m", "lightning_hybrid.cli", *overrides, "trainer.enable_progress_bar=false",
          f"cpu_threads_per_process={threads_per_process(2)}"],
-        cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout,
+        env, cwd, timeout,
     )
     if check and proc.returncode != 0:
         pytest.fail(f"lightning-hybrid {' '.join(overrides)} exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
     return proc
+
+
+#: Single-process tests that take as long as the multi-process ones (seconds of training or search).
+LONG_TESTS = ("test_gabra_within_one_percent_of_exact", "test_training_beats_chance_on_held_out_subjects",
+              "test_slowdown_stretches_the_step_time_by_its_factor")
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Long tests first (the multi-process ones, the CLI's and :data:`LONG_TESTS`), so that pytest-xdist's
+    workers end together on short ones instead of one worker finishing a long test alone."""
+    def long(item) -> bool:
+        return (item.get_closest_marker("multiprocess") is not None or item.name.startswith(LONG_TESTS)
+                or item.path.name == "test_cli.py")  # each CLI test runs the command in a process of its own
+
+    items.sort(key=lambda item: not long(item))
 
 
 def pytest_xdist_auto_num_workers(config) -> int:

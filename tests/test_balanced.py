@@ -360,7 +360,7 @@ def test_shares_measured_and_changed_mid_epoch_equal_one_process_and_resume(tmp_
 def test_balanced_through_the_cli_with_bf16(tmp_path):
     run_dir = tmp_path / "balanced"
     run_cli(
-        "experiment=smoke", "strategy=balanced", "strategy.measure_steps=1", "strategy.rebalance_every=2",
+        "experiment=smoke", "strategy=balanced", "strategy.measure_steps=1", "strategy.fork_ranks=true", "strategy.rebalance_every=2",
         "trainer.devices=2", "trainer.precision=bf16-mixed", "sim.slowdown=[1.0,3.0]", "allow_cpu_oversubscription=true",
         f"hydra.run.dir={run_dir}", cwd=tmp_path,
     )

@@ -55,7 +55,7 @@ def test_two_process_ddp(tmp_path):
 def test_ssp_through_the_cli(tmp_path):
     run_dir = tmp_path / "ssp"
     run_cli(
-        *SMOKE, "strategy=ssp", "strategy.staleness=2", "strategy.sync=bounded", "trainer.devices=2", "trainer.max_epochs=2",
+        *SMOKE, "strategy=ssp", "strategy.staleness=2", "strategy.sync=bounded", "strategy.fork_ranks=true", "trainer.devices=2", "trainer.max_epochs=2",
         "allow_cpu_oversubscription=true", f"hydra.run.dir={run_dir}", cwd=tmp_path,
     )
     metrics = read_metrics(run_dir)
@@ -69,7 +69,7 @@ def test_ssp_through_the_cli(tmp_path):
 def test_allreduce_asgd_through_the_cli(tmp_path):
     run_dir = tmp_path / "asgd"
     run_cli(
-        *SMOKE, "strategy=allreduce_asgd", "strategy.delay=1", "strategy.compensation=dc", "trainer.devices=2",
+        *SMOKE, "strategy=allreduce_asgd", "strategy.delay=1", "strategy.compensation=dc", "strategy.fork_ranks=true", "trainer.devices=2",
         "sim=slow_network", "sim.collective_latency_s=0.002", "allow_cpu_oversubscription=true",
         f"hydra.run.dir={run_dir}", cwd=tmp_path,
     )
@@ -161,7 +161,7 @@ def test_real_mnist_lenet5(real_mnist, tmp_path):
 def test_hybrid_through_the_cli_with_simulated_speeds(tmp_path):
     run_dir = tmp_path / "hybrid"
     run_cli(
-        "data=synthetic", "trainer.max_epochs=1", "strategy=hybrid", "strategy.devices=[1,2]", "strategy.placement_options.t_max=200", "sim.slowdown=[2.0,1.0]",
+        "data=synthetic", "trainer.max_epochs=1", "strategy=hybrid", "strategy.devices=[1,2]", "strategy.fork_ranks=true", "strategy.placement_options.t_max=200", "sim.slowdown=[2.0,1.0]",
         "trainer.devices=2", f"hydra.run.dir={run_dir}", cwd=tmp_path,
     )
     metrics = read_metrics(run_dir)
@@ -187,7 +187,7 @@ def test_partitioned_inference_tests_a_trained_checkpoint_through_the_cli(tmp_pa
     trained, partitioned = tmp_path / "trained", tmp_path / "partitioned"
     run_cli(*SMOKE, f"hydra.run.dir={trained}", cwd=tmp_path)
     run_cli(
-        *SMOKE, "strategy=partitioned_inference", "strategy.abilities=[1,2]", "trainer.devices=2", "fit=false",
+        *SMOKE, "strategy=partitioned_inference", "strategy.abilities=[1,2]", "strategy.fork_ranks=true", "trainer.devices=2", "fit=false",
         f"ckpt_path={trained}/checkpoints/last.ckpt", f"hydra.run.dir={partitioned}", cwd=tmp_path,
     )
     single, split = read_metrics(trained), read_metrics(partitioned)

@@ -15,7 +15,7 @@ import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
 
-from conftest import alive, run_train_script
+from conftest import Zygote, alive, run_train_script
 from lightning_hybrid import CNeuralStrategy, SSPStrategy
 from lightning_hybrid.data import ShardDataModule, ShardError, pack
 from lightning_hybrid.models import MLP
@@ -142,7 +142,7 @@ def test_a_killed_run_resumes_from_its_last_epoch_and_loses_nothing(stores, tmp_
     and optimizer state: the final parameters are those of an uninterrupted run."""
     run_dir = tmp_path / "run"
     command = [
-        sys.executable, "-m", "lightning_hybrid.cli", "experiment=gu2013_cneural",
+        sys.executable, "-m", "lightning_hybrid.cli", "experiment=gu2013_cneural", "strategy.fork_ranks=true",
         f"data.train_store={stores['train']}", f"data.val_store={stores['test']}", "data.test_store=null",
         "data.batch_size=100", "model.hidden=[16]", "trainer.devices=2", "trainer.max_epochs=8", "test=false",
         "strategy.timeout=60", f"hydra.run.dir={run_dir}", "trainer.enable_progress_bar=false",
@@ -177,7 +177,7 @@ def test_a_killed_run_resumes_from_its_last_epoch_and_loses_nothing(stores, tmp_
     completed = saved["epoch"]  # the last epoch completed before the crash
     assert 1 <= completed < 7
 
-    second = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    second = Zygote.run(command[1:], env, tmp_path, timeout=240)
     assert second.returncode == 0, second.stderr[-5000:]
     assert "Restoring states from the checkpoint path" in second.stdout + second.stderr
     final = torch.load(last, map_location="cpu", weights_only=False)

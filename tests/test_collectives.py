@@ -171,7 +171,7 @@ def _exercise(rank: int, world: int, init_file: str, out: str) -> None:
 @pytest.mark.multiprocess
 def test_collectives_on_two_gloo_processes(tmp_path):
     init_file = tempfile.mktemp(dir=tmp_path)
-    mp.start_processes(_exercise, args=(2, init_file, str(tmp_path)), nprocs=2, join=True, start_method="spawn")
+    mp.start_processes(_exercise, args=(2, init_file, str(tmp_path)), nprocs=2, join=True, start_method="forkserver")
     for rank in (0, 1):
         r = torch.load(tmp_path / f"rank{rank}.pt", weights_only=False)
         assert r["device"] == "cpu"

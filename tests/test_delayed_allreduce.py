@@ -90,7 +90,7 @@ def free_port() -> int:
 @pytest.mark.parametrize("delay, compensation", [(0, None), (1, None), (2, None), (2, "dc")])
 def test_two_processes_equal_the_reference(tmp_path, delay, compensation):
     out = str(tmp_path / "result")
-    mp.start_processes(worker, args=(free_port(), delay, compensation, out), nprocs=2, start_method="spawn")
+    mp.start_processes(worker, args=(free_port(), delay, compensation, out), nprocs=2, start_method="forkserver")
     results = [torch.load(f"{out}.{r}") for r in (0, 1)]
     expected = reference(delay, compensation)
     for result in results:

@@ -54,7 +54,7 @@ def test_fork_ranks_must_be_a_bool():
 def test_forked_ranks_train_as_re_run_scripts(tmp_path):
     # Bulk-synchronous SSP is deterministic: the two ways of starting rank 1 must give the same run,
     # and rank 1 runs the script's code after trainer.fit in both (it writes its own files).
-    args = ("--strategy", "ssp", "--staleness", "0", *REFERENCE, "--epochs", "2")
+    args = ("--strategy", "ssp", "--staleness", "0", *REFERENCE, "--epochs", "1", "--samples", "128")
     run_train_script(tmp_path / "popen", *args, fork_ranks=False)
     run_train_script(tmp_path / "fork", *args, fork_ranks=True)
     for rank in (0, 1):

@@ -83,7 +83,7 @@ def _two_stages(rank: int, init_file: str, out: str, schedule: str) -> None:
 @pytest.mark.parametrize("schedule", ["1F1B", "GPipe"])
 def test_two_stage_pipeline_equals_one_device(tmp_path, schedule):
     mp.start_processes(_two_stages, args=(tempfile.mktemp(dir=tmp_path), str(tmp_path), schedule), nprocs=2,
-                       join=True, start_method="spawn")
+                       join=True, start_method="forkserver")
     net = _net()
     x, y = _data()
     output = net(x)

@@ -39,7 +39,7 @@ def test_parallel_loading_gives_every_sample_once_across_worker_processes(tmp_pa
     root = str(tmp_path / "store")
     pack(x, y, root, shard_size=10)
     workers = 3
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("forkserver")) as pool:
         parts = list(pool.map(_load_ids, [root] * workers, [workers] * workers, range(workers)))
     assert all(parts)
     ids = [i for part in parts for i in part]

@@ -33,7 +33,7 @@ from pytorch_lightning.accelerators import CPUAccelerator
 
 from lightning_hybrid.classifier import ClassifierModule
 from lightning_hybrid.callbacks import HeterogeneitySimulator, ProgressLog
-from lightning_hybrid.cli.relaunch import child_ranks_rerun_this_job
+from lightning_hybrid.cli.relaunch import child_ranks_rerun_this_job, in_multirun
 from lightning_hybrid.strategies.checkpoint_io import AtomicCheckpointIO
 
 log = logging.getLogger("lightning_hybrid")
@@ -181,6 +181,11 @@ def train(cfg: DictConfig) -> dict[str, float]:
         datamodule = build(cfg.data)
         module = build_module(cfg)
         loggers = [build(c) for c in (cfg.get("logger") or {}).values()]
+        if cfg.strategy.get("fork_ranks") and in_multirun():
+            raise ValueError(
+                "strategy.fork_ranks=true cannot be used in a multirun (-m): a forked rank would go on with the sweep's "
+                "next job. Drop the override (each rank then reruns only its job) or run the jobs one at a time."
+            )
         strategy = build_strategy(cfg.strategy)
         # The suite's strategies save atomically; Lightning's own (ddp, single) get the same plugin.
         own_io = getattr(strategy, "_checkpoint_io", None) is not None

@@ -31,6 +31,11 @@ def _selected_config_flags(argv: list[str]) -> list[str]:
     return kept
 
 
+def in_multirun() -> bool:
+    """Whether this is a job of a Hydra multirun (``-m``)."""
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
 @contextmanager
 def child_ranks_rerun_this_job() -> Iterator[None]:
     """Make Lightning's subprocess launcher start the other ranks on *this* job of a sweep.
@@ -41,7 +46,7 @@ def child_ranks_rerun_this_job() -> Iterator[None]:
     wrong place (lightning-hydra-template issue 393). For the duration of the job, ``sys.argv`` is
     replaced by this job's own overrides and the run directory by the job's output folder.
     """
-    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
+    if not in_multirun():
         yield
         return
     hydra_cfg = HydraConfig.get()

@@ -1,0 +1,91 @@
+"""A pre-imported Python for the tests' script runs: each run is a process forked from it.
+
+Every multi-process test runs a user's script (or the ``lightning-hybrid`` command) in a new
+process, and a new interpreter spends about 4 s of CPU importing torch, Lightning and Hydra before
+the script's first line: most of such a test on the 2-core CI machine. This zygote imports them
+once per pytest worker; each run is then a child forked from it that takes the run's command line,
+environment, working directory and output files, and runs the script as ``python script.py ...``
+(or ``python -m module ...``) would. The child is a process of its own with a fresh ``__main__``;
+what it starts (ranks, the parameter server) are ordinary new processes. Set
+``LIGHTNING_HYBRID_TESTS_FRESH_PYTHON=1`` to run every script in a new interpreter instead.
+
+Protocol (one run at a time, JSON lines): the client sends ``{"argv", "env", "cwd", "stdout",
+"stderr"}`` (``argv`` as after ``python``: ``["script.py", ...]`` or ``["-m", "module", ...]``; output
+file paths); the zygote answers ``{"pid"}`` when the child runs and ``{"returncode"}`` when it ends.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import sys
+import traceback
+import warnings
+
+
+def _run_child(request: dict) -> None:
+    """In the forked child: become the requested ``python ...`` run; never returns."""
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
+        out = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(out, fd)
+        os.close(out)
+    if "ignore" in request["env"].get("PYTHONWARNINGS", "").split(","):
+        warnings.simplefilter("ignore")
+    argv = request["argv"]
+    code = 0
+    try:
+        if argv[0] == "-m":
+            sys.argv = [argv[1], *argv[2:]]
+            sys.path[0] = request["cwd"]
+            runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+        else:
+            sys.argv = list(argv)
+            sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))
+            runpy.run_path(argv[0], run_name="__main__")
+    except SystemExit as exit_:
+        code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+        if not isinstance(exit_.code, int) and exit_.code is not None:
+            print(exit_.code, file=sys.stderr)
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    # A normal interpreter exit from here on (atexit handlers, flushing), with the run's code.
+    sys.exit(code)
+
+
+def serve() -> None:
+    requests = os.fdopen(os.dup(0), "r")
+    replies = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # nothing printed by accident can corrupt the replies
+    for line in requests:
+        request = json.loads(line)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            requests.close()
+            replies.close()
+            _run_child(request)
+        replies.write(json.dumps({"pid": pid}) + "\n")
+        replies.flush()
+        _, status = os.waitpid(pid, 0)
+        replies.write(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}) + "\n")
+        replies.flush()
+
+
+if __name__ == "__main__":
+    # What every run would import: torch, Lightning (through the package), Hydra. Nothing is
+    # computed here: a fork must not inherit started thread pools.
+    import hydra  # noqa: F401
+    import pytorch_lightning  # noqa: F401
+
+    import lightning_hybrid  # noqa: F401
+    import lightning_hybrid.cli  # noqa: F401
+
+    serve()
