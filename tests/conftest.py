@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 
 from lightning_hybrid.data.idx import write_idx
 from threads import threads_per_process
@@ -23,6 +24,9 @@ from threads import threads_per_process
 # Tests that start processes with multiprocessing use "forkserver": each process is forked from a
 # server that has imported these once (a "spawn" would import torch and Lightning again, 4 s of CPU).
 multiprocessing.set_forkserver_preload(["torch", "torch.distributed", "pytorch_lightning", "lightning_hybrid"])
+
+# The tests that train in the pytest worker itself share the cores with the other workers' tests.
+torch.set_num_threads(threads_per_process(1))
 
 REPO = Path(__file__).resolve().parents[1]
 REAL_MNIST = REPO.parent / "shared" / "data" / "mnist"

@@ -99,6 +99,13 @@ def test_multirun_sweep_with_ddp_runs_each_job_once(tmp_path):
     assert (proc.stdout + proc.stderr).count("Launching 2 jobs locally") == 1
 
 
+def test_forked_ranks_are_refused_in_a_multirun(tmp_path):
+    proc = run_cli("-m", *SMOKE, "strategy=ssp", "strategy.fork_ranks=true", "trainer.devices=2",
+                   "allow_cpu_oversubscription=true", f"hydra.sweep.dir={tmp_path / 'sweep'}", cwd=tmp_path, check=False)
+    assert proc.returncode != 0
+    assert "strategy.fork_ranks=true cannot be used in a multirun" in proc.stderr, proc.stderr[-3000:]
+
+
 @pytest.mark.multiprocess
 def test_sim_slowdown_slows_ddp(tmp_path):
     def epoch_time(*overrides):

@@ -19,6 +19,7 @@ from conftest import Zygote, alive, run_train_script
 from lightning_hybrid import CNeuralStrategy, SSPStrategy
 from lightning_hybrid.data import ShardDataModule, ShardError, pack
 from lightning_hybrid.models import MLP
+from lightning_hybrid.parameter_server.server import PROCESS_NAME
 
 MEAN, STD = 0.1307, 0.3081
 
@@ -105,18 +106,19 @@ def test_batch_mode_strategy_api():
 
 # ---------------------------------------------------------------------- batch mode + crash recovery, real processes
 def _children(pid: int) -> list[tuple[int, str]]:
-    """(pid, command line) of the live child processes of ``pid`` (Linux /proc)."""
+    """(pid, name) of the live child processes of ``pid`` (Linux /proc: the parameter server names
+    itself ``lh-param-server``; forked ranks keep the name of the process they were forked from)."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            name = (entry / "comm").read_text().strip()
         except (OSError, IndexError, ValueError):
             continue
         if ppid == pid:
-            found.append((int(entry.name), cmdline))
+            found.append((int(entry.name), name))
     return found
 
 
@@ -157,9 +159,9 @@ def test_a_killed_run_resumes_from_its_last_epoch_and_loses_nothing(stores, tmp_
         assert first.poll() is None, f"the run ended before its second epoch:\n{(tmp_path / 'first.log').read_text()[-4000:]}"
         assert time.monotonic() < deadline, "no checkpoint of epoch 1 within 180 s"
         time.sleep(0.05)
-    needle = "lightning_hybrid.cli" if victim == "worker" else "lightning_hybrid.parameter_server.server"
-    (target,) = [pid for pid, cmdline in _children(first.pid) if needle in cmdline]
-    server = [pid for pid, cmdline in _children(first.pid) if "parameter_server" in cmdline]
+    children = _children(first.pid)
+    server = [pid for pid, name in children if name == PROCESS_NAME]
+    (target,) = [pid for pid, name in children if (name == PROCESS_NAME) == (victim == "master")]
     os.kill(target, signal.SIGSTOP)  # frozen mid-run: no further epoch can complete without it
     os.kill(target, signal.SIGKILL)
     try:

@@ -27,7 +27,7 @@ def last_line(text: str) -> str:
 @pytest.mark.parametrize(
     "strategy, victim, fork_ranks",
     [("ssp", "worker", False), ("ssp", "server", False), ("cneural", "worker", False), ("cneural", "server", False),
-     ("ssp", "worker", True)],
+     ("ssp", "worker", True), ("cneural", "server", True)],
 )
 def test_a_killed_process_ends_the_run_naming_it(tmp_path, strategy, victim, fork_ranks):
     kill = ["--kill-rank", "1", "--kill-step", "3"] if victim == "worker" else ["--kill-server-step", "3"]

@@ -12,7 +12,7 @@ import torch
 from conftest import REFERENCE, run_train_script
 
 from lightning_hybrid import SSPStrategy
-from lightning_hybrid.strategies.forked_ranks import ForkedProcess, fork_ranks
+from lightning_hybrid.strategies.forked_ranks import ForkedProcess, Standby, fork_ranks
 
 
 def forked(exit_code: int | None, sleep_s: float = 0.0) -> ForkedProcess:
@@ -43,6 +43,19 @@ def test_fork_ranks_gives_each_child_its_local_rank(tmp_path):
         os._exit(0)
     assert [child.wait(timeout=30) for child in children] == [0, 0]
     assert {p.name: p.read_text() for p in tmp_path.iterdir()} == {"rank1": "1", "rank2": "2"}
+
+
+def test_a_standby_runs_its_target_with_the_message_it_is_started_with(tmp_path):
+    def target(message: str) -> None:
+        (tmp_path / "got").write_text(message)
+        os._exit(7)
+
+    standby = Standby(target)
+    assert standby.process.poll() is None  # waiting for its message
+    assert standby.start("settings " * 10000).wait(timeout=30) == 7  # longer than a pipe's buffer
+    assert (tmp_path / "got").read_text() == "settings " * 10000
+    failing = Standby(lambda message: 1 / 0)
+    assert failing.start("x").wait(timeout=30) == 1
 
 
 def test_fork_ranks_must_be_a_bool():

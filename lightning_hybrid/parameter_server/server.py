@@ -31,6 +31,8 @@ error. It also exits when the process that started it dies.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import logging
 import math
 import os
@@ -306,8 +308,23 @@ def _exit_when_orphaned(parent_pid: int, period: float = 1.0) -> None:
 
 def main() -> None:
     """The server process: settings from standard input, then serve until ``Shutdown``."""
-    settings = ServerSettings.from_json(sys.stdin.read())
-    logging.basicConfig(level=logging.INFO, format="[parameter server] %(message)s", stream=sys.stderr)
+    run(ServerSettings.from_json(sys.stdin.read()))
+
+
+#: The server process's name (Linux: what ``ps -o comm``, ``top`` and /proc/PID/comm show).
+PROCESS_NAME = "lh-param-server"
+
+
+def _name_this_process(name: str) -> None:
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None).prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
+
+
+def run(settings: ServerSettings) -> None:
+    """Be the server of ``settings`` in this process until ``Shutdown``, then exit it (code 0)."""
+    _name_this_process(PROCESS_NAME)
+    logging.basicConfig(level=logging.INFO, format="[parameter server] %(message)s", stream=sys.stderr, force=True)
     _exit_when_orphaned(os.getppid())
     torch.set_num_threads(1)
     pg = channel.open_channel(settings.host, settings.port, settings.prefix, 0, settings.workers + 1, settings.timeout)

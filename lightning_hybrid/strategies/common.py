@@ -76,6 +76,7 @@ class CheckingLauncher(_SubprocessScriptLauncher):
                 if self._fork_children():  # this is a forked rank: it trains, as a re-run script would
                     _set_num_threads_if_needed(num_processes=self.num_processes)
                     return function(*args, **kwargs)
+                self.strategy.on_ranks_forked()
             else:
                 self._call_children_scripts()
             self.watch = ProcessWatch()
@@ -242,6 +243,10 @@ class CheckedDDPStrategy(DDPStrategy):
     def _configure_launcher(self) -> None:
         assert self.cluster_environment is not None
         self._launcher = CheckingLauncher(self, self.cluster_environment, self.num_processes, self.num_nodes)
+
+    def on_ranks_forked(self) -> None:
+        """Called in the main process right after ``fork_ranks`` forked the other ranks, before any
+        thread or process group exists: the moment to fork what a rank will start later."""
 
     @property
     def process_watch(self) -> ProcessWatch | None:

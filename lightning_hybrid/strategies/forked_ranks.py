@@ -9,16 +9,23 @@ script on its own. Two things differ from a re-run, and :func:`fork_ranks` docum
 through the strategies' ``fork_ranks`` argument: the code before the Trainer call ran once (in the
 main process, with ``LOCAL_RANK`` unset), and CUDA must not be initialized before the fork.
 
-Plain Python (no Lightning): :class:`~lightning_hybrid.strategies.common.CheckingLauncher` uses it.
+A process a rank starts later (the parameter server) can be forked at the same moment, before any
+thread or process group exists, as a :class:`Standby` that waits for its settings.
+
+Plain Python (no Lightning): :class:`~lightning_hybrid.strategies.common.CheckingLauncher` and the
+parameter-server strategies use it.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import struct
 import subprocess
 import sys
 import time
+import traceback
+from collections.abc import Callable
 
 import torch
 
@@ -61,6 +68,77 @@ class ForkedProcess:
         self.send_signal(signal.SIGTERM)
 
 
+def _refuse_after_cuda() -> None:
+    if torch.cuda.is_initialized():
+        raise RuntimeError(
+            "fork_ranks=True: CUDA was initialized in this process before the Trainer started its ranks, and a "
+            "forked process cannot use CUDA then. Do not touch CUDA before trainer.fit (no .cuda(), no "
+            "torch.cuda calls that create a context), or use fork_ranks=False (each rank runs the script anew)."
+        )
+
+
+def _fork() -> int:
+    sys.stdout.flush()
+    sys.stderr.flush()  # what is buffered now would otherwise be printed by every child too
+    return os.fork()
+
+
+class Standby:
+    """A child forked now that waits for one message, then runs ``target(message)`` (which must end
+    the process; if it returns or raises, the child exits with code 0 or 1). :meth:`start` sends the
+    message; a standby never started exits when this process closes its end (at exit at the latest).
+
+    Example::
+
+        >>> standby = Standby(lambda text: os._exit(len(text)))
+        >>> standby.start("abc").wait()
+        3
+    """
+
+    def __init__(self, target: Callable[[str], None]) -> None:
+        read_fd, self._write_fd = os.pipe()
+        pid = _fork()
+        if pid == 0:
+            os.close(self._write_fd)
+            code = 0
+            try:
+                message = _read_message(read_fd)
+                if message is not None:
+                    target(message)
+            except BaseException:
+                traceback.print_exc()
+                code = 1
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        os.close(read_fd)
+        self.process = ForkedProcess(pid)
+
+    def start(self, message: str) -> ForkedProcess:
+        data = message.encode()
+        os.write(self._write_fd, struct.pack("<Q", len(data)) + data)
+        os.close(self._write_fd)
+        return self.process
+
+
+def _read_message(fd: int) -> str | None:
+    """A length-prefixed message from ``fd``; None when the writer closed without sending one."""
+    def read(n: int) -> bytes:
+        data = b""
+        while len(data) < n:
+            chunk = os.read(fd, n - len(data))
+            if not chunk:
+                return data
+            data += chunk
+        return data
+
+    header = read(8)
+    if len(header) < 8:
+        return None
+    return read(struct.unpack("<Q", header)[0]).decode()
+
+
 def fork_ranks(num_processes: int) -> tuple[int, list[ForkedProcess]]:
     """Fork local ranks ``1 .. num_processes - 1`` from this process (local rank 0).
 
@@ -68,17 +146,10 @@ def fork_ranks(num_processes: int) -> tuple[int, list[ForkedProcess]]:
     ``(its local rank, [])``, with ``LOCAL_RANK`` set in its environment. The caller has set the
     rest of the ranks' environment (``MASTER_ADDR``, ``WORLD_SIZE``, ...) beforehand.
     """
-    if torch.cuda.is_initialized():
-        raise RuntimeError(
-            "fork_ranks=True: CUDA was initialized in this process before the Trainer started its ranks, and a "
-            "forked process cannot use CUDA then. Do not touch CUDA before trainer.fit (no .cuda(), no "
-            "torch.cuda calls that create a context), or use fork_ranks=False (each rank runs the script anew)."
-        )
-    sys.stdout.flush()
-    sys.stderr.flush()  # what is buffered now would otherwise be printed by every child too
+    _refuse_after_cuda()
     children: list[ForkedProcess] = []
     for local_rank in range(1, num_processes):
-        pid = os.fork()
+        pid = _fork()
         if pid == 0:
             os.environ["LOCAL_RANK"] = str(local_rank)
             return local_rank, []

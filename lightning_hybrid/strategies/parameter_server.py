@@ -31,12 +31,19 @@ from lightning_hybrid.comm.flat import copy_into, flatten, gradients
 from lightning_hybrid.parameter_server.channel import open_channel
 from lightning_hybrid.parameter_server.client import ParameterServerClient, PullInfo
 from lightning_hybrid.parameter_server.protocol import ServerSettings
+from lightning_hybrid.parameter_server.server import run as run_server
 from lightning_hybrid.parameter_server.server import start_server
 from lightning_hybrid.strategies import common
+from lightning_hybrid.strategies.forked_ranks import Standby
 
 log = logging.getLogger(__name__)
 
 _SESSIONS = itertools.count()
+
+
+def _serve(settings_json: str) -> None:
+    """The server's work in a forked :class:`Standby`: run until ``Shutdown`` (it exits the process)."""
+    run_server(ServerSettings.from_json(settings_json))
 
 
 @dataclass
@@ -91,6 +98,7 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
         #: Seconds this worker has spent blocked on the server (the simulator does not stretch them).
         self.communication_wait_s = 0.0
         self._server: subprocess.Popen | None = None
+        self._standby_server: Standby | None = None  # fork_ranks: the server process, forked at launch
         self._params: list[torch.Tensor] = []
         self._flat: torch.Tensor | None = None
         self._async = False
@@ -161,12 +169,18 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
             max_steps=self.max_steps, **self._update_rule(),
         )
         if self.global_rank == 0:
-            self._server = start_server(settings)
+            standby, self._standby_server = self._standby_server, None
+            self._server = start_server(settings) if standby is None else standby.start(settings.to_json())
             if self.process_watch is not None:
                 self.process_watch.add("parameter server", None, self._server)
         pg = open_channel(settings.host, settings.port, settings.prefix, self.global_rank + 1, self.num_workers + 1,
                           self.timeout)
         self.client = ParameterServerClient(pg, self.global_rank)
+
+    def on_ranks_forked(self) -> None:
+        """With ``fork_ranks``, the server process is forked now too (no import of torch when fit starts)."""
+        if self.cluster_environment.node_rank() == 0:
+            self._standby_server = Standby(_serve)
 
     def _update_rule(self) -> dict[str, Any]:
         """The server's update rule settings (``ServerSettings`` fields) for staleness > 0."""
