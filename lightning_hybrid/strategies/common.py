@@ -87,7 +87,6 @@ class CheckingLauncher(_SubprocessScriptLauncher):
         _set_num_threads_if_needed(num_processes=self.num_processes)
         return function(*args, **kwargs)
 
-
     def _fork_children(self) -> int:
         """Start the other local ranks by forking (``fork_ranks=True``), with the environment Lightning
         gives re-run scripts; returns this process's local rank."""

@@ -42,8 +42,8 @@ class ForkedProcess:
         if self.returncode is None:
             try:
                 pid, status = os.waitpid(self.pid, os.WNOHANG)
-            except ChildProcessError:  # reaped elsewhere
-                self.returncode = self.returncode if self.returncode is not None else 0
+            except ChildProcessError:  # reaped elsewhere: its exit code is lost
+                self.returncode = 0
                 return self.returncode
             if pid:
                 self.returncode = os.waitstatus_to_exitcode(status)
