@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from torch.utils.data import DataLoader
 from lightning_hybrid import ClassifierModule, HybridParallelStrategy
 from lightning_hybrid.models import LeNet5
 from lightning_hybrid.pipeline import StageModule
-from lightning_hybrid.placement import InfeasiblePlacementError
+from lightning_hybrid.placement import Device, InfeasiblePlacementError
 
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import run_script  # noqa: E402
@@ -190,6 +191,43 @@ def test_bad_input_is_refused_before_processes_start():
         HybridParallelStrategy(pipeline_stages=4, micro_batches=2)
     with pytest.raises(ValueError, match="schedule must be one of"):
         HybridParallelStrategy(schedule="zigzag")
+
+
+class _ProbeWithTrainingStep(pl.LightningModule):
+    """A plain module (an nn.Sequential and a loss attribute) whose training_step logs."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(64, 2))
+        self.loss_fn = nn.CrossEntropyLoss()
+
+    def training_step(self, batch, batch_idx):
+        loss = self.loss_fn(self.net(batch[0]), batch[1])
+        self.log("train_loss", loss)
+        return loss
+
+
+def test_a_training_step_the_pipeline_never_calls_is_warned_about():
+    strategy = HybridParallelStrategy(devices=[1.0, 1.0])
+    trainer = pl.Trainer(accelerator="cpu", devices=2, strategy=strategy, logger=False)
+    with pytest.warns(UserWarning, match=r"training_step is not called.*on_pipeline_step"):
+        strategy.check_trainer(trainer, _ProbeWithTrainingStep())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        strategy.check_trainer(trainer, make_module(0.1, 0.0))  # ClassifierModule logs in on_pipeline_step
+
+
+def test_the_placement_planned_from_a_validation_batch_is_the_training_one():
+    # The pipeline is planned on the first batch it sees: a sanity check's or trainer.validate's
+    # comes under Lightning's inference mode, and profiling still measures forward and backward.
+    strategy = HybridParallelStrategy(devices=[1.0, 1.0])
+    module = _ProbeWithTrainingStep()
+    devices = [Device("a", speed=1e9, memory=1e12), Device("b", speed=1e9, memory=1e12)]
+    x = torch.randn(4, 1, 4, 4)
+    training = strategy._plan(module, x, devices)
+    with torch.inference_mode():
+        validating = strategy._plan(module, x.clone(), devices)
+    assert validating.boundaries == training.boundaries and validating.bottleneck == pytest.approx(training.bottleneck)
 
 
 def test_registered_alias():

@@ -129,6 +129,14 @@ def test_workers_leaving_before_the_server_ends_is_no_fault(tmp_path, strategy, 
     assert (tmp_path / "summary.json").exists()
 
 
+@pytest.mark.parametrize("strategy", ["ssp", "cneural"])
+def test_validation_every_second_epoch(tmp_path, strategy):
+    # The first validation comes after an epoch without one: Lightning prepares its data (a reduction
+    # across ranks) before on_validation_start, which must find the workers synchronized already.
+    run_train_script(tmp_path, "--strategy", strategy, "--epochs", "2", "--check-val-every", "2", "--samples", "64")
+    assert (tmp_path / "summary.json").exists()
+
+
 # ---------------------------------------------------------------- bad input, before any process starts
 @pytest.mark.parametrize(
     "kwargs, match",

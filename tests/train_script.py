@@ -158,6 +158,7 @@ def main() -> None:
     parser.add_argument("--accumulate", type=int, default=1, help="accumulate_grad_batches")
     parser.add_argument("--overfit-batches", type=int, default=0, help="overfit_batches")
     parser.add_argument("--fast-dev-run", action="store_true", help="fast_dev_run=True")
+    parser.add_argument("--check-val-every", type=int, default=1, help="check_val_every_n_epoch")
     parser.add_argument("--log-step-sync", action="store_true", help="self.log(on_step=True, sync_dist=True) each step")
     parser.add_argument("--scheduler", action="store_true", help="StepLR(step_size=1, gamma=0.5) per epoch")
     parser.add_argument("--delay", type=int, default=1, help="AllReduceASGDStrategy delay")
@@ -232,7 +233,7 @@ def main() -> None:
         enable_checkpointing=bool(args.checkpoint_dir), enable_progress_bar=False, enable_model_summary=False,
         callbacks=callbacks, num_sanity_val_steps=0, limit_val_batches=1, gradient_clip_val=args.clip,
         accumulate_grad_batches=args.accumulate, precision=args.precision, overfit_batches=args.overfit_batches,
-        fast_dev_run=args.fast_dev_run,
+        fast_dev_run=args.fast_dev_run, check_val_every_n_epoch=args.check_val_every,
     )
     data = IndexedData(args.batch_size, args.samples)
     trainer.fit(module, datamodule=data, ckpt_path=args.resume)

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytorch_lightning as pl
+from pytorch_lightning.utilities.rank_zero import rank_zero_warn
 import torch
 import torch.distributed as dist
 from pytorch_lightning.trainer.states import TrainerFn
@@ -174,6 +175,15 @@ class HybridParallelStrategy(common.RoutedEvaluation, common.UnwrappedDDPStrateg
             return
         blocks = pipeline_blocks(model)
         pipeline_loss(model)  # training runs the blocks, not training_step: a loss must be there
+        if type(model).training_step is not pl.LightningModule.training_step and not callable(
+            getattr(model, "on_pipeline_step", None)
+        ):
+            rank_zero_warn(
+                f"HybridParallelStrategy trains {type(model).__name__} through its pipeline blocks and loss: its "
+                "training_step is not called, so nothing it logs is logged. Log training values in "
+                "`on_pipeline_step(self, output, target, loss)` (called after every pipeline step on the last stage).",
+                category=UserWarning,
+            )
         if len(blocks) < self.pipeline_stages:
             names = ", ".join(name for name, _ in blocks.named_children())
             raise ValueError(
@@ -235,10 +245,13 @@ class HybridParallelStrategy(common.RoutedEvaluation, common.UnwrappedDDPStrateg
         blocks_seq = pipeline_blocks(module)
         was_training = blocks_seq.training
         blocks_seq.train()
-        blocks = profile_blocks(
-            blocks_seq, example, measure_time=self.placement_method == "time", repeats=2,
-            in_flight=min(self.micro_batches, self.pipeline_stages),
-        )
+        # Profiling runs backward: the first batch may come from validation (the sanity check, or
+        # trainer.validate before any fit), under Lightning's inference mode.
+        with torch.inference_mode(False), torch.enable_grad():
+            blocks = profile_blocks(
+                blocks_seq, example.clone(), measure_time=self.placement_method == "time", repeats=2,
+                in_flight=min(self.micro_batches, self.pipeline_stages),
+            )
         blocks_seq.train(was_training)
         if isinstance(self.placement_method, str):
             return plan(

@@ -1,0 +1,361 @@
+"""Lightning features x strategies: does each feature run, and does it do what it says?
+
+Each case is a small fit (an MLP on 64 synthetic samples, batch 8, 2 CPU processes) with one
+Trainer feature switched on, run in a process of its own (``--case STRATEGY FEATURE``). Rank 0
+records what happened (epochs, batches per epoch, validations, learning rates, logged values,
+checkpoints); the driver then checks that against what the feature means and prints one cell per
+case:
+
+* ``ok``: it ran and the check passed;
+* ``refused``: an error before any other process started, with the message's start (a case is only
+  "refused" if the second process was never started);
+* ``warned``: it ran, the check failed, and the strategy said why in a warning;
+* ``WRONG``: it ran but the check failed (silently wrong: the worst outcome);
+* ``refused at use``: one of our strategies' errors when the feature is first used (a step-level
+  ``sync_dist`` cannot be seen before ``training_step`` runs);
+* ``failed``: any other error after the processes started.
+
+    python benchmarks/feature_matrix.py                      # every strategy x every feature
+    python benchmarks/feature_matrix.py --strategies ssp --features max_steps fast_dev_run
+
+Our strategies fork their ranks (``fork_ranks=True``: the same run as a rerun script, faster);
+Lightning's DDP reruns the script. Writes benchmarks/results/feature_matrix.md and .json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+STRATEGY_CLASSES = {
+    "ssp": "SSPStrategy", "ssp_async": "SSPStrategy", "cneural": "CNeuralStrategy",
+    "allreduce_asgd": "AllReduceASGDStrategy", "balanced": "BalancedDataParallelStrategy",
+    "hybrid": "HybridParallelStrategy", "partitioned_inference": "PartitionedInferenceStrategy",
+}
+STRATEGIES = ["ddp", "ssp", "ssp_async", "cneural", "allreduce_asgd", "balanced", "hybrid", "partitioned_inference"]
+EPOCHS, SAMPLES, BATCH, LR = 2, 64, 8, 0.1
+
+# feature -> (Trainer keyword arguments, what it means: checked by CHECKS)
+FEATURES: dict[str, dict] = {
+    "max_epochs": {},
+    "max_steps": {"max_steps": 5, "max_epochs": 10},
+    "fast_dev_run": {"fast_dev_run": True},
+    "limit_train_batches": {"limit_train_batches": 2},
+    "limit_val_batches": {"limit_val_batches": 1},
+    "val_check_interval": {"val_check_interval": 2},
+    "check_val_every_n_epoch": {"check_val_every_n_epoch": 2},
+    "num_sanity_val_steps": {"num_sanity_val_steps": 2},
+    "overfit_batches": {"overfit_batches": 2},
+    "accumulate_grad_batches": {"accumulate_grad_batches": 2},
+    "gradient_clip_val": {"gradient_clip_val": 0.01},
+    "bf16_mixed": {"precision": "bf16-mixed"},
+    "epoch_lr_scheduler": {},
+    "step_lr_scheduler": {},
+    "checkpoint_every_epoch": {"enable_checkpointing": True},
+    "checkpoint_every_n_steps": {"enable_checkpointing": True},
+    "resume_from_checkpoint": {"enable_checkpointing": True},
+    "early_stopping": {"max_epochs": 6},
+    "log_epoch_sync_dist": {},
+    "log_step_sync_dist": {},
+    "manual_optimization": {},
+    "two_optimizers": {},
+    "validate_test_predict": {},
+    "lr_monitor_csv_logger": {},
+}
+
+
+# ---------------------------------------------------------------------------------------- one case
+def run_case(strategy_name: str, feature: str, out: Path) -> None:
+    import pytorch_lightning as pl
+    import torch
+    from torch import nn
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from lightning_hybrid import (
+        AllReduceASGDStrategy, BalancedDataParallelStrategy, CNeuralStrategy, HybridParallelStrategy,
+        PartitionedInferenceStrategy, SSPStrategy,
+    )
+
+    torch.set_num_threads(1)
+    pl.seed_everything(0)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(SAMPLES, 1, 4, 4, generator=g)
+    y = (x.flatten(1).sum(1) > 0).long()
+
+    class Probe(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(64, 2))
+            self.loss_fn = nn.CrossEntropyLoss()
+            self.automatic_optimization = feature not in ("manual_optimization", "two_optimizers")
+
+        def forward(self, inputs):
+            return self.net(inputs)
+
+        def training_step(self, batch, batch_idx):
+            inputs, targets = batch
+            loss = self.loss_fn(self(inputs), targets)
+            if feature == "log_epoch_sync_dist":
+                self.log("rank_mean", float(self.global_rank), on_step=False, on_epoch=True, sync_dist=True)
+            if feature == "log_step_sync_dist":
+                self.log("rank_step", float(self.global_rank), on_step=True, on_epoch=False, sync_dist=True)
+            if not self.automatic_optimization:
+                for opt in (self.optimizers() if feature == "two_optimizers" else [self.optimizers()]):
+                    opt.zero_grad()
+                self.manual_backward(loss)
+                for opt in (self.optimizers() if feature == "two_optimizers" else [self.optimizers()]):
+                    opt.step()
+                return None
+            return loss
+
+        def validation_step(self, batch, batch_idx):
+            inputs, targets = batch
+            self.log("val_loss", self.loss_fn(self(inputs), targets), sync_dist=True)
+
+        def test_step(self, batch, batch_idx):
+            inputs, targets = batch
+            self.log("test_acc", (self(inputs).argmax(1) == targets).float().mean(), sync_dist=True)
+
+        def predict_step(self, batch, batch_idx):
+            return self(batch[0])
+
+        def configure_optimizers(self):
+            opt = torch.optim.SGD(self.parameters(), lr=LR)
+            if feature == "two_optimizers":
+                return opt, torch.optim.SGD(self.parameters(), lr=LR)
+            if feature == "epoch_lr_scheduler":
+                return {"optimizer": opt, "lr_scheduler": torch.optim.lr_scheduler.StepLR(opt, 1, gamma=0.5)}
+            if feature == "step_lr_scheduler":
+                scheduler = torch.optim.lr_scheduler.StepLR(opt, 1, gamma=0.9)
+                return {"optimizer": opt, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+            return opt
+
+    class Data(pl.LightningDataModule):
+        def _loader(self):
+            return DataLoader(TensorDataset(x, y), batch_size=BATCH)
+
+        def train_dataloader(self):
+            return self._loader()
+
+        val_dataloader = test_dataloader = predict_dataloader = train_dataloader
+
+    class Recorder(pl.Callback):
+        def __init__(self) -> None:
+            self.batches: list[list[float]] = []
+            self.samples: list[list[float]] = []
+            self.lrs: list[float] = []
+            self.validations = self.val_batches = self.sanity_batches = 0
+
+        def on_train_epoch_start(self, trainer, pl_module):
+            self.batches.append([])
+            self.samples.append([])
+            self.lrs.append(trainer.optimizers[0].param_groups[0]["lr"])
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            self.batches[-1].append(round(float(batch[0].sum()), 4))
+            self.samples[-1] += [round(float(v), 4) for v in batch[0].flatten(1).sum(1)]  # a sample's identity
+
+        def on_validation_batch_end(self, trainer, *args):
+            if trainer.sanity_checking:
+                self.sanity_batches += 1
+            else:
+                self.val_batches += 1
+
+        def on_validation_epoch_end(self, trainer, pl_module):
+            if not trainer.sanity_checking:
+                self.validations += 1
+
+    factories = {
+        "ddp": lambda: "ddp",
+        "ssp": lambda: SSPStrategy(staleness=3, fork_ranks=True, timeout=60),
+        "ssp_async": lambda: SSPStrategy(staleness=math.inf, fork_ranks=True, timeout=60),
+        "cneural": lambda: CNeuralStrategy(fork_ranks=True, timeout=60),
+        "allreduce_asgd": lambda: AllReduceASGDStrategy(delay=1, fork_ranks=True),
+        "balanced": lambda: BalancedDataParallelStrategy(measure_steps=2, fork_ranks=True),
+        "hybrid": lambda: HybridParallelStrategy(pipeline_stages=2, devices=[1.0, 1.0], micro_batches=2,
+                                                 fork_ranks=True),
+        "partitioned_inference": lambda: PartitionedInferenceStrategy(abilities=[1.0, 1.0], fork_ranks=True),
+    }
+    recorder = Recorder()
+    callbacks: list = [recorder]
+    if feature == "checkpoint_every_epoch":
+        callbacks.append(pl.callbacks.ModelCheckpoint(dirpath=out / "ckpt", save_top_k=-1, filename="{epoch}"))
+    if feature == "checkpoint_every_n_steps":
+        callbacks.append(pl.callbacks.ModelCheckpoint(dirpath=out / "ckpt", save_top_k=-1, every_n_train_steps=2,
+                                                      filename="{step}"))
+    if feature == "resume_from_checkpoint":
+        callbacks.append(pl.callbacks.ModelCheckpoint(dirpath=out / "ckpt", save_top_k=-1, filename="{epoch}"))
+    if feature == "early_stopping":
+        callbacks.append(pl.callbacks.EarlyStopping(monitor="val_loss", patience=0, min_delta=10.0))
+    if feature == "lr_monitor_csv_logger":
+        callbacks.append(pl.callbacks.LearningRateMonitor())
+    kwargs = {
+        "accelerator": "cpu", "devices": 2, "max_epochs": EPOCHS, "logger": False, "enable_checkpointing": False,
+        "enable_progress_bar": False, "enable_model_summary": False, "num_sanity_val_steps": 0, **FEATURES[feature],
+    }
+    if feature == "lr_monitor_csv_logger":
+        kwargs["logger"] = pl.loggers.CSVLogger(out, name="csv", version=0)
+    if feature == "resume_from_checkpoint":
+        kwargs["max_epochs"] = 1
+    record: dict = {}
+    module, data = Probe(), Data()
+    trainer = pl.Trainer(strategy=factories[strategy_name](), callbacks=callbacks, **kwargs)
+    try:
+        if strategy_name == "partitioned_inference" or feature == "validate_test_predict":
+            if strategy_name != "partitioned_inference":
+                trainer.fit(module, datamodule=data)
+            record["validate"] = trainer.validate(module, datamodule=data, verbose=False)
+            record["test"] = trainer.test(module, datamodule=data, verbose=False)
+            record["predictions"] = sum(len(p) for p in trainer.predict(module, datamodule=data))
+        else:
+            trainer.fit(module, datamodule=data)
+            if feature == "resume_from_checkpoint":
+                first_epochs = len(recorder.batches)
+                recorder.batches.clear()
+                resumed = pl.Trainer(strategy=factories[strategy_name](), callbacks=[recorder], **{**kwargs, "max_epochs": 3})
+                resumed.fit(module, datamodule=data, ckpt_path=str(out / "ckpt" / "epoch=0.ckpt"))
+                record["first_epochs"] = first_epochs
+                trainer = resumed
+    except Exception as err:  # noqa: BLE001 - the matrix reports every error
+        started = os.environ.get("LOCAL_RANK") is not None
+        if not started or trainer.global_rank == 0:
+            (out / "error.json").write_text(json.dumps({"started": started, "type": type(err).__name__,
+                                                        "message": str(err)}))
+        raise
+    (out / f"samples_rank{trainer.global_rank}.json").write_text(json.dumps(recorder.samples))
+    if trainer.global_rank != 0:
+        return
+    record.update(
+        current_epoch=trainer.current_epoch, global_step=trainer.global_step, batches=recorder.batches,
+        lrs=recorder.lrs, lr_end=trainer.optimizers[0].param_groups[0]["lr"] if trainer.optimizers else None,
+        validations=recorder.validations, val_batches=recorder.val_batches, sanity_batches=recorder.sanity_batches,
+        logged={k: float(v) for k, v in trainer.logged_metrics.items()},
+        checkpoints=sorted(p.name for p in (out / "ckpt").glob("*.ckpt")) if (out / "ckpt").exists() else [],
+        csv_columns=(out / "csv" / "version_0" / "metrics.csv").read_text().splitlines()[0].split(",")
+        if (out / "csv" / "version_0" / "metrics.csv").exists() else [],
+    )
+    (out / "record.json").write_text(json.dumps(record))
+
+
+# ------------------------------------------------------------------------------------ the checks
+def check(strategy: str, feature: str, r: dict, all_samples: list[list[list[float]]]) -> str | None:
+    """None when the record (rank 0's) and the samples every rank trained on, epoch by epoch, show
+    the feature doing what it means, else what is wrong."""
+    per_epoch = [len(b) for b in r.get("batches", [])]
+
+    def expect(condition: bool, what: str) -> str | None:
+        return None if condition else what
+
+    match feature:
+        case "max_epochs":
+            return expect(r["current_epoch"] == EPOCHS and len(per_epoch) == EPOCHS, f"epochs {per_epoch}")
+        case "max_steps" if strategy == "cneural":  # batch mode: one optimizer step per pass
+            return expect(r["current_epoch"] == 5, f"stopped at epoch {r['current_epoch']}")
+        case "max_steps":
+            return expect(r["current_epoch"] < 10 and r["global_step"] <= 5 + 1, f"stopped at epoch {r['current_epoch']}, "
+                          f"step {r['global_step']}")
+        case "fast_dev_run":
+            return expect(per_epoch == [1] and r["validations"] == 1, f"batches {per_epoch}, validations {r['validations']}")
+        case "limit_train_batches":
+            return expect(all(n <= 2 for n in per_epoch), f"batches per epoch {per_epoch}")
+        case "limit_val_batches":
+            return expect(r["val_batches"] == r["validations"], f"{r['val_batches']} batches in {r['validations']} runs")
+        case "val_check_interval":
+            return expect(r["validations"] > EPOCHS, f"{r['validations']} validations in {EPOCHS} epochs")
+        case "check_val_every_n_epoch":
+            return expect(r["validations"] == 1, f"{r['validations']} validations")
+        case "num_sanity_val_steps":
+            return expect(r["sanity_batches"] > 0, "no sanity check")
+        case "overfit_batches":  # the same samples every epoch, over all ranks (shares and dealing may vary)
+            epochs = [tuple(sorted(x for rank in all_samples for x in rank[e])) for e in range(len(all_samples[0]))]
+            return expect(len(set(epochs)) == 1, "different samples in different epochs")
+        case "epoch_lr_scheduler":
+            return expect(r["lrs"] == [LR * 0.5**e for e in range(EPOCHS)], f"epoch learning rates {r['lrs']}")
+        case "step_lr_scheduler":
+            return expect(r["lr_end"] is not None and r["lr_end"] < LR * 0.9**3, f"final rate {r['lr_end']}")
+        case "checkpoint_every_epoch":
+            return expect(len(r["checkpoints"]) == EPOCHS, f"checkpoints {r['checkpoints']}")
+        case "checkpoint_every_n_steps":
+            return expect(len(r["checkpoints"]) >= 1, "no checkpoint")
+        case "resume_from_checkpoint":
+            return expect(r["current_epoch"] == 3 and len(r["batches"]) == 2, f"resumed: epochs {per_epoch}")
+        case "early_stopping":
+            return expect(r["current_epoch"] < 6, f"ran {r['current_epoch']} of 6 epochs")
+        case "log_epoch_sync_dist" | "log_step_sync_dist":  # ranks log 0 and 1: a mean over ranks (by samples)
+            value = r["logged"].get("rank_mean" if feature == "log_epoch_sync_dist" else "rank_step")
+            return expect(value is not None and 0 < value < 1, f"logged {value}")
+        case "validate_test_predict":
+            return expect(bool(r["validate"]) and bool(r["test"]) and r["predictions"] > 0, "no results")
+        case "lr_monitor_csv_logger":
+            return expect(any(c.startswith("lr-") for c in r["csv_columns"]), f"columns {r['csv_columns']}")
+        case _:  # ran: nothing more to check (accumulation, clipping, bf16, manual optimization)
+            return None
+
+
+def classify(strategy: str, feature: str, out: Path, proc: subprocess.CompletedProcess) -> tuple[str, str]:
+    if proc.returncode != 0 or not (out / "record.json").exists():
+        error = json.loads((out / "error.json").read_text()) if (out / "error.json").exists() else None
+        if error and not error["started"]:
+            return "refused", error["message"].split(". ")[0][:160]
+        tail = (error["message"] if error else proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "")
+        if error and error["message"].startswith(STRATEGY_CLASSES.get(strategy, "?")):
+            return "refused at use", tail.split(". ")[0][:160]  # our own error at the feature's first use
+        return "failed", tail[:200]
+    all_samples = [json.loads(p.read_text()) for p in sorted(out.glob("samples_rank*.json"))]
+    problem = check(strategy, feature, json.loads((out / "record.json").read_text()), all_samples)
+    if problem and "training_step is not called" in proc.stderr:
+        return "warned", "the pipeline does not call training_step (warned: log in on_pipeline_step)"
+    return ("WRONG", problem) if problem else ("ok", "")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--strategies", nargs="+", default=STRATEGIES, choices=STRATEGIES)
+    parser.add_argument("--features", nargs="+", default=list(FEATURES), choices=list(FEATURES))
+    parser.add_argument("--out", type=Path, default=Path(__file__).with_name("results"))
+    parser.add_argument("--case", nargs=2, metavar=("STRATEGY", "FEATURE"), help=argparse.SUPPRESS)
+    parser.add_argument("--case-dir", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.case:
+        run_case(*args.case, args.case_dir)
+        return
+    import tempfile
+
+    results: dict[str, dict[str, tuple[str, str]]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for strategy in args.strategies:
+            for feature in args.features:
+                if strategy == "partitioned_inference" and feature != "validate_test_predict":
+                    continue
+                case_dir = Path(tmp) / f"{strategy}-{feature}"
+                case_dir.mkdir()
+                started = time.perf_counter()
+                env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_RANK", "MASTER_PORT", "WORLD_SIZE")}
+                try:
+                    proc = subprocess.run([sys.executable, __file__, "--case", strategy, feature, "--case-dir", str(case_dir)],
+                                          capture_output=True, text=True, timeout=300, env=env)
+                    outcome = classify(strategy, feature, case_dir, proc)
+                except subprocess.TimeoutExpired:
+                    outcome = ("failed", "timed out after 300 s")
+                results.setdefault(feature, {})[strategy] = outcome
+                print(f"{strategy:>22} {feature:<26} {outcome[0]:<8} {time.perf_counter() - started:5.1f} s  {outcome[1]}",
+                      flush=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "feature_matrix.json").write_text(json.dumps(results, indent=1))
+    lines = ["| feature | " + " | ".join(args.strategies) + " |", "|---" * (len(args.strategies) + 1) + "|"]
+    for feature in args.features:
+        cells = [results.get(feature, {}).get(s, ("n/a", ""))[0] for s in args.strategies]
+        lines.append(f"| {feature} | " + " | ".join(cells) + " |")
+    notes = [f"- {s} x {f}: {o[0]}: {o[1]}" for f, row in results.items() for s, o in row.items() if o[0] != "ok" and o[1]]
+    (args.out / "feature_matrix.md").write_text("\n".join(lines + ["", *notes]) + "\n")
+    print("\n".join(lines + ["", *notes]))
+
+
+if __name__ == "__main__":
+    main()
