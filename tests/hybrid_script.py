@@ -99,6 +99,7 @@ def main() -> None:
     parser.add_argument("--processes-per-device", type=int, default=1)
     parser.add_argument("--plain", action="store_true", help="a plain LightningModule (PlainClassifier)")
     parser.add_argument("--fork-ranks", action="store_true", help="fork_ranks=True")
+    parser.add_argument("--every-n-steps", type=int, default=0, help="also checkpoint every N steps into OUT/steps")
     args = parser.parse_args()
     torch.set_num_threads(threads_per_process(args.stages * args.dp))
     args.out.mkdir(parents=True, exist_ok=True)
@@ -110,6 +111,9 @@ def main() -> None:
         gradient_sync=args.sync, placement_options={"t_max": 300}, processes_per_device=args.processes_per_device, fork_ranks=args.fork_ranks,
     )
     callbacks = [RecordFirstStep(args.out), pl.callbacks.ModelCheckpoint(dirpath=args.out / "ckpt", save_last=True)]
+    if args.every_n_steps:
+        callbacks.append(pl.callbacks.ModelCheckpoint(dirpath=args.out / "steps", every_n_train_steps=args.every_n_steps,
+                                                      save_top_k=-1, filename="{step}"))
     if args.slowdown:
         callbacks.append(HeterogeneitySimulator(slowdown=[float(s) for s in args.slowdown.split(",")]))
     trainer = pl.Trainer(

@@ -119,6 +119,15 @@ def test_resume_clipping_accumulation_and_delayed_sync(tmp_path):
     assert_state_equal(reference, torch.load(tmp_path / "c" / "result.pt")["state"])
 
 
+def test_checkpoints_every_n_steps_hold_the_whole_model_of_that_step(tmp_path):
+    # gradient_sync="sync": every step ends with the same parameters on every rank, a point to save at
+    run(tmp_path, "--stages", "2", "--samples", "32", "--batch", "32", "--epochs", "3", "--every-n-steps", "2")
+    assert sorted(p.name for p in (tmp_path / "steps").iterdir()) == ["step=2.ckpt"]
+    _, _, reference = reference_steps(32, 2)
+    saved = torch.load(tmp_path / "steps" / "step=2.ckpt", weights_only=False)["state_dict"]
+    assert_state_equal(reference, saved)
+
+
 def test_a_plain_lightning_module_is_pipelined_at_its_sequential(tmp_path):
     """No pipeline_blocks() or pipeline_loss(): the strategy splits the module's nn.Sequential and
     trains with its loss attribute; 2 epochs of full-batch steps equal one device's."""
@@ -215,6 +224,14 @@ def test_a_training_step_the_pipeline_never_calls_is_warned_about():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         strategy.check_trainer(trainer, make_module(0.1, 0.0))  # ClassifierModule logs in on_pipeline_step
+
+
+def test_step_checkpoints_are_refused_with_delayed_gradient_sync():
+    strategy = HybridParallelStrategy(gradient_sync="delayed")
+    trainer = pl.Trainer(accelerator="cpu", devices=2, strategy=strategy, logger=False,
+                         callbacks=[pl.callbacks.ModelCheckpoint(every_n_train_steps=2)])
+    with pytest.raises(ValueError, match=r"gradient_sync='delayed' saves checkpoints at epoch ends only"):
+        strategy.check_trainer(trainer, make_module(0.1, 0.0))
 
 
 def test_the_placement_planned_from_a_validation_batch_is_the_training_one():

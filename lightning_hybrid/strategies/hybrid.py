@@ -169,7 +169,8 @@ class HybridParallelStrategy(common.RoutedEvaluation, common.UnwrappedDDPStrateg
         """Refuse what the strategy cannot run."""
         Mesh.check(self.pipeline_stages, self.data_parallel, self.num_processes * self.num_nodes)
         common.refuse_manual_optimization("HybridParallelStrategy", model, "the pipeline schedule runs backward")
-        common.refuse_mid_epoch_checkpoints("HybridParallelStrategy", trainer)
+        if self.gradient_sync == "delayed":  # replicas' averages in flight between steps
+            common.refuse_mid_epoch_checkpoints("HybridParallelStrategy with gradient_sync='delayed'", trainer)
         common.refuse_grad_scaler("HybridParallelStrategy", self.precision_plugin)
         if model is None:
             return
