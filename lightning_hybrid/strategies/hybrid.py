@@ -12,10 +12,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytorch_lightning as pl
-from pytorch_lightning.utilities.rank_zero import rank_zero_warn
 import torch
 import torch.distributed as dist
 from pytorch_lightning.trainer.states import TrainerFn
+from pytorch_lightning.utilities.rank_zero import rank_zero_warn
 
 from lightning_hybrid.comm.collectives import (
     all_gather_object, broadcast_object,

@@ -34,7 +34,7 @@ from lightning_hybrid.parameter_server.protocol import ServerSettings
 from lightning_hybrid.parameter_server.server import run as run_server
 from lightning_hybrid.parameter_server.server import start_server
 from lightning_hybrid.strategies import common
-from lightning_hybrid.strategies.forked_ranks import Standby
+from lightning_hybrid.strategies.forked_ranks import ForkedProcess, Standby
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
         self.history: list[list[WorkerEpochStats]] = []
         #: Seconds this worker has spent blocked on the server (the simulator does not stretch them).
         self.communication_wait_s = 0.0
-        self._server: subprocess.Popen | None = None
+        self._server: subprocess.Popen | ForkedProcess | None = None
         self._standby_server: Standby | None = None  # fork_ranks: the server process, forked at launch
         self._params: list[torch.Tensor] = []
         self._flat: torch.Tensor | None = None
