@@ -197,7 +197,9 @@ def run_case(strategy_name: str, feature: str, out: Path) -> None:
         callbacks.append(pl.callbacks.LearningRateMonitor())
     kwargs = {
         "accelerator": "cpu", "devices": 2, "max_epochs": EPOCHS, "logger": False, "enable_checkpointing": False,
-        "enable_progress_bar": False, "enable_model_summary": False, "num_sanity_val_steps": 0, **FEATURES[feature],
+        "enable_progress_bar": False, "enable_model_summary": False, "num_sanity_val_steps": 0,
+        "default_root_dir": out,  # Lightning's own checkpoints (the resumed run's) go there, not into the cwd
+        **FEATURES[feature],
     }
     if feature == "lr_monitor_csv_logger":
         kwargs["logger"] = pl.loggers.CSVLogger(out, name="csv", version=0)

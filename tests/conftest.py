@@ -67,6 +67,13 @@ TRAIN_SCRIPT = Path(__file__).with_name("train_script.py")
 REFERENCE = ("--devices", "2", "--batch-size", "16", "--epochs", "3", "--lr", "0.05", "--momentum", "0.9")
 
 
+def clean_env(**extra: str) -> dict[str, str]:
+    """This process's environment without the variables that would make a started script think it
+    is a rank of a run already (pytest-xdist workers may carry them), plus ``extra``."""
+    drop = ("LOCAL_RANK", "MASTER_PORT", "WORLD_SIZE", "NODE_RANK")
+    return {**{k: v for k, v in os.environ.items() if k not in drop}, **extra}
+
+
 class Zygote:
     """Client of ``tests/zygote.py``: runs ``python ARGV`` as a process forked from a Python that has
     already imported torch, Lightning and Hydra (started once per pytest worker), returning what
@@ -83,7 +90,7 @@ class Zygote:
         if cls._process is None or cls._process.poll() is not None:
             cls._process = subprocess.Popen(
                 [sys.executable, str(Path(__file__).with_name("zygote.py"))], stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE, text=True, env={k: v for k, v in os.environ.items() if k != "LOCAL_RANK"},
+                stdout=subprocess.PIPE, text=True, env=clean_env(),
             )
         with tempfile.TemporaryDirectory() as tmp:
             out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
@@ -108,7 +115,7 @@ def run_script(
     (``--fork-ranks``: no second import of torch and Lightning, 4 s of CPU per rank) unless
     ``fork_ranks=False`` asks for Lightning's default, each rank running the script anew."""
     out.mkdir(parents=True, exist_ok=True)
-    env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_RANK", "MASTER_PORT", "WORLD_SIZE", "NODE_RANK")}
+    env = clean_env()
     argv = [str(script), str(out), *args, *(["--fork-ranks"] if fork_ranks else [])]
     proc = Zygote.run(argv, env, Path.cwd(), timeout)
     if check and proc.returncode != 0:
@@ -148,8 +155,7 @@ def alive(pid: int) -> bool:
 
 def run_cli(*overrides: str, cwd: Path, timeout: float = 240, check: bool = True) -> subprocess.CompletedProcess:
     """Run ``python -m lightning_hybrid.cli`` with overrides in ``cwd``; fail the test on timeout."""
-    env = {**os.environ, "HYDRA_FULL_ERROR": "0", "PYTHONWARNINGS": "ignore"}
-    env.pop("LOCAL_RANK", None)
+    env = clean_env(HYDRA_FULL_ERROR="0", PYTHONWARNINGS="ignore")
     proc = Zygote.run(
         ["-m", "lightning_hybrid.cli", *overrides, "trainer.enable_progress_bar=false",
          f"cpu_threads_per_process={threads_per_process(2)}"],

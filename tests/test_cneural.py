@@ -15,7 +15,7 @@ import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
 
-from conftest import Zygote, alive, run_train_script
+from conftest import Zygote, alive, clean_env, run_train_script
 from lightning_hybrid import CNeuralStrategy, SSPStrategy
 from lightning_hybrid.data import ShardDataModule, ShardError, pack
 from lightning_hybrid.models import MLP
@@ -149,13 +149,17 @@ def test_a_killed_run_resumes_from_its_last_epoch_and_loses_nothing(stores, tmp_
         "data.batch_size=100", "model.hidden=[16]", "trainer.devices=2", "trainer.max_epochs=8", "test=false",
         "strategy.timeout=60", f"hydra.run.dir={run_dir}", "trainer.enable_progress_bar=false",
     ]
-    env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_RANK", "MASTER_PORT", "WORLD_SIZE", "NODE_RANK")}
-    env["PYTHONWARNINGS"] = "ignore"
+    env = clean_env(PYTHONWARNINGS="ignore")
     last = run_dir / "checkpoints" / "last.ckpt"
     log = (tmp_path / "first.log").open("w")
     first = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 180
-    while not (run_dir / "checkpoints" / "epoch001.ckpt").exists():
+    epoch1 = run_dir / "checkpoints" / "epoch001.ckpt"
+
+    def last_holds_epoch1() -> bool:  # last.ckpt is written (renamed into place) after epoch001.ckpt
+        return epoch1.exists() and last.exists() and last.stat().st_mtime_ns >= epoch1.stat().st_mtime_ns
+
+    while not last_holds_epoch1():
         assert first.poll() is None, f"the run ended before its second epoch:\n{(tmp_path / 'first.log').read_text()[-4000:]}"
         assert time.monotonic() < deadline, "no checkpoint of epoch 1 within 180 s"
         time.sleep(0.05)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import struct
 import zlib
 
@@ -10,7 +9,7 @@ import nibabel as nib
 import numpy as np
 import torch
 
-from conftest import Zygote, run_cli
+from conftest import Zygote, clean_env, run_cli
 from lightning_hybrid.explain import default_layer, grad_cam, overlay_slices, write_png
 from lightning_hybrid.models import ResAttNet3D
 
@@ -49,7 +48,7 @@ def test_explain_command_end_to_end(tmp_path):
     image = next((tmp_path / "synth" / "images").iterdir())
     proc = Zygote.run(
         ["-m", "lightning_hybrid.cli", "explain", "--run", str(run_dir), "--image", str(image), "--class", "1",
-         "--out", str(tmp_path / "explain")], dict(os.environ), tmp_path, timeout=240,
+         "--out", str(tmp_path / "explain")], clean_env(), tmp_path, timeout=240,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     stem = image.name.split(".")[0]

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import csv
-import os
 
 import nibabel as nib
 import numpy as np
 import pytest
 
-from conftest import Zygote
+from conftest import Zygote, clean_env
 
 from lightning_hybrid.data.synth_adni import synthetic_volume, write_synthetic_adni
 
@@ -44,7 +43,7 @@ def test_ad_has_larger_ventricles_than_nc():
 def test_cli_subcommand(tmp_path):
     proc = Zygote.run(
         ["-m", "lightning_hybrid.cli", "data", "synth-adni", "--out", str(tmp_path), "--subjects", "2", "--shape", "24",
-         "28", "24"], dict(os.environ), tmp_path, timeout=120,
+         "28", "24"], clean_env(), tmp_path, timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "adni.csv").is_file() and len(list((tmp_path / "images").iterdir())) >= 2

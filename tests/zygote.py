@@ -20,7 +20,6 @@ import json
 import os
 import runpy
 import sys
-import traceback
 import warnings
 
 
@@ -38,25 +37,17 @@ def _run_child(request: dict) -> None:
     if "ignore" in request["env"].get("PYTHONWARNINGS", "").split(","):
         warnings.simplefilter("ignore")
     argv = request["argv"]
-    code = 0
-    try:
-        if argv[0] == "-m":
-            sys.argv = [argv[1], *argv[2:]]
-            sys.path[0] = request["cwd"]
-            runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
-        else:
-            sys.argv = list(argv)
-            sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))
-            runpy.run_path(argv[0], run_name="__main__")
-    except SystemExit as exit_:
-        code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
-        if not isinstance(exit_.code, int) and exit_.code is not None:
-            print(exit_.code, file=sys.stderr)
-    except BaseException:
-        traceback.print_exc()
-        code = 1
-    # A normal interpreter exit from here on (atexit handlers, flushing), with the run's code.
-    sys.exit(code)
+    # An exception or SystemExit raised by the script ends this child as it would end ``python``
+    # (the traceback or message printed, its exit code); a script that returns exits with 0.
+    if argv[0] == "-m":
+        sys.argv = [argv[1], *argv[2:]]
+        sys.path[0] = request["cwd"]
+        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+    else:
+        sys.argv = list(argv)
+        sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))
+        runpy.run_path(argv[0], run_name="__main__")
+    sys.exit(0)
 
 
 def serve() -> None:

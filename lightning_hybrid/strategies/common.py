@@ -36,24 +36,25 @@ class SyncPoints(Callback):
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.strategy.on_sync_start(trainer)
-        # The validation loop prepares its data (a reduction across ranks: are the loaders' lengths
-        # known everywhere?) before on_validation_start; an epoch's first validation (with
-        # check_val_every_n_epoch > 1, or reloaded loaders) must find the ranks synchronized already.
+        self._sync_before_validation(trainer)
+
+    def _sync_before_validation(self, trainer: pl.Trainer) -> None:
+        """Make the fit's validation loop call ``sync_point()`` before it prepares its data: that
+        preparation reduces across ranks (are the loaders' lengths known everywhere?) before any
+        validation hook runs, and the ranks must meet there already (an epoch's first validation
+        with ``check_val_every_n_epoch > 1``, or reloaded loaders). The sanity check is left out."""
         val_loop = trainer.fit_loop.epoch_loop.val_loop
-        if not getattr(val_loop.setup_data, "after_sync_point", False):
-            setup_data = val_loop.setup_data
+        if getattr(val_loop.setup_data, "after_sync_point", False):
+            return
+        setup_data = val_loop.setup_data
 
-            def setup_data_after_sync_point() -> None:
-                if not trainer.sanity_checking:
-                    self.strategy.sync_point()
-                setup_data()
+        def setup_data_after_sync_point() -> None:
+            if not trainer.sanity_checking:
+                self.strategy.sync_point()
+            setup_data()
 
-            setup_data_after_sync_point.after_sync_point = True
-            val_loop.setup_data = setup_data_after_sync_point
-
-    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if trainer.state.fn == TrainerFn.FITTING and not trainer.sanity_checking:
-            self.strategy.sync_point()
+        setup_data_after_sync_point.after_sync_point = True
+        val_loop.setup_data = setup_data_after_sync_point
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.strategy.sync_point()
