@@ -67,3 +67,55 @@ def test_unshuffled_dealing_repeats_the_same_batches_in_order():
         chunks = [d.next_chunk(w).tolist() for w in (0, 1, 0, 1)]
         assert chunks == [list(range(8 * k, 8 * k + 8)) for k in range(4)]
         assert d.next_chunk(0) is None
+
+
+def trained_indices(dispenser: ChunkDispenser, worker: int, chunks: list[torch.Tensor], count: int) -> list[int]:
+    """Report ``worker``'s first ``count`` chunks trained; their sample indices."""
+    dispenser.trained(worker, count)
+    return torch.cat(chunks[:count]).tolist() if count else []
+
+
+def test_a_lost_workers_untrained_chunks_are_dealt_again_first():
+    d = ChunkDispenser(num_samples=200, batch_size=10, num_workers=3, seed=1)
+    d.start_epoch(0)
+    dealt = {w: [d.next_chunk(w) for _ in range(3)] for w in (0, 1, 2)}
+    used = trained_indices(d, 1, dealt[1], 1)  # worker 1 trained one of its three chunks, then died
+    assert d.held(1) == 2
+    assert d.lose(1) == 2
+    assert d.next_chunk(1) is None  # a lost worker gets nothing more
+    again = [d.next_chunk(2), d.next_chunk(0)]
+    assert [c.tolist() for c in again] == [c.tolist() for c in dealt[1][1:]]
+    rest = drain_members(d, [0, 2])
+    everything = used + [i for w in (0, 2) for c in dealt[w] for i in c.tolist()]
+    everything += [i for c in again for i in c.tolist()] + [i for c in rest for i in c.tolist()]
+    assert sorted(everything) == list(range(200))
+
+
+def drain_members(dispenser: ChunkDispenser, members: list[int]) -> list[torch.Tensor]:
+    out, finished = [], set()
+    while len(finished) < len(members):
+        for w in members:
+            if w not in finished:
+                chunk = dispenser.next_chunk(w)
+                if chunk is None:
+                    finished.add(w)
+                else:
+                    out.append(chunk)
+    return out
+
+
+def test_static_dealing_after_a_loss_covers_the_epoch_and_then_deals_rounds_of_the_survivors():
+    d = ChunkDispenser(num_samples=120, batch_size=10, num_workers=3, seed=2, dynamic=False)
+    d.start_epoch(0)
+    first = {w: d.next_chunk(w) for w in (0, 1, 2)}
+    d.trained(0)
+    d.trained(2)
+    assert d.lose(1) == 1  # its chunk was never trained
+    later = drain_members(d, [0, 2])
+    epoch = [first[0], first[2], *later]
+    assert sorted(torch.cat(epoch).tolist()) == list(range(120))
+    d.start_epoch(1)  # from the next epoch: rounds of one chunk per survivor, DDP's global-batch order
+    order = torch.randperm(120, generator=torch.Generator().manual_seed(2 + 1))
+    assert d.next_chunk(2).tolist() == order[10:20].tolist()
+    assert d.next_chunk(0).tolist() == order[0:10].tolist()
+    assert d.next_chunk(1) is None

@@ -3,9 +3,11 @@ last message naming the process that died, and leaves no process behind."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -56,3 +58,43 @@ def test_no_process_outlives_a_normal_run(tmp_path, fork_ranks):
     assert {"rank0", "rank1", "server"} <= set(started), started
     assert not [role for role, pid in started.items() if alive(pid)], "a process outlived the run"
     assert os.environ.get("LIGHTNING_HYBRID_LAUNCHER_PID") is None  # the test process itself is no launcher
+
+
+def trained_per_epoch(out: Path) -> dict[int, Counter]:
+    """epoch -> how often each sample index was trained on, over all ranks (trained_rank*.txt)."""
+    counts: dict[int, Counter] = {}
+    for record in out.glob("trained_rank*.txt"):
+        for line in record.read_text().splitlines():
+            epoch, indices = line.split()
+            counts.setdefault(int(epoch), Counter()).update(int(i) for i in indices.split(","))
+    return counts
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads process states from /proc (Linux)")
+@pytest.mark.parametrize("staleness", ["2", "0"])
+def test_with_continue_a_killed_workers_batches_go_to_the_others(tmp_path, staleness):
+    """SSPStrategy(on_worker_failure="continue"): worker 1 is SIGKILLed in the middle of epoch 1 of 3;
+    the run completes with workers 0 and 2, every sample is trained on exactly once in every epoch
+    (the batches it held are dealt again), and the accuracy is that of a run without the fault."""
+    setting = ("--strategy", "ssp", "--devices", "3", "--staleness", staleness, "--samples", "960", "--epochs", "3",
+               "--lr", "0.02", "--noise", "6", "--test-samples", "1024", "--timeout", "30", "--record-batches")
+    faulty = run_train_script(tmp_path / "fault", *setting, "--kill-rank", "1", "--kill-step", "5", "--kill-epoch", "1",
+                              "--on-worker-failure", "continue", timeout=120)
+    started = pids(tmp_path / "fault")
+    pattern = rf"lightning-hybrid: worker rank 1 \(pid {started['rank1']}\) was killed by signal SIGKILL; the run goes on"
+    assert re.search(pattern, faulty.stderr), faulty.stderr[-3000:]
+    assert "continuing without worker(s) 1" in faulty.stderr
+    assert not [role for role, pid in started.items() if alive(pid)], "a process outlived the run"
+    trained = trained_per_epoch(tmp_path / "fault")
+    assert sorted(trained) == [0, 1, 2]
+    for epoch, counts in trained.items():
+        assert sorted(counts) == list(range(960)) and set(counts.values()) == {1}, f"epoch {epoch}"
+    dead_rank_epochs = {int(line.split()[0]) for line in (tmp_path / "fault" / "trained_rank1.txt").read_text().splitlines()}
+    assert dead_rank_epochs == {0, 1}  # it trained until it was killed in epoch 1
+    summary = json.loads((tmp_path / "fault" / "summary.json").read_text())
+    assert summary["predictions"] == 1024 // 2  # evaluation after the fit is split between the two survivors
+    run_train_script(tmp_path / "reference", *setting, timeout=120)
+    accuracy = {run: float((tmp_path / run / "test_acc.txt").read_text()) for run in ("fault", "reference")}
+    print(f"staleness {staleness}: test accuracy {accuracy}")
+    assert accuracy["reference"] > 0.5  # the comparison means something: the task is learned, not solved
+    assert abs(accuracy["fault"] - accuracy["reference"]) < 0.07, accuracy

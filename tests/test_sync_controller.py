@@ -127,3 +127,27 @@ def test_bad_mode_and_string_inf():
         validate_staleness(3, "fast")
     assert validate_staleness("inf", "bounded") == math.inf
     assert validate_staleness(".inf", "bounded") == math.inf  # YAML's spelling
+
+
+@pytest.mark.parametrize(
+    "staleness, mode, pushes, released, flags",
+    [
+        (0, "delay", [0, 2], [0, 2], {"global_sync": True, "apply_round": True}),  # the round no longer waits for 1
+        (2, "delay", [0, 0, 2], [0, 2], {"global_sync": True}),  # the pending sync no longer waits for 1
+        (1, "bounded", [0, 0, 2], [0], {}),  # 1 was the slowest: the bound now counts from 2
+    ],
+)
+def test_a_removed_worker_holds_nobody_back(staleness, mode, pushes, released, flags):
+    c = SyncController(3, staleness, mode)
+    for w in pushes:
+        c.push(w)
+    assert c.held == set(released)  # waiting for worker 1, which will never push again
+    decision = c.remove(1)
+    assert decision.release == released
+    assert all(getattr(decision, name) == value for name, value in flags.items())
+    assert c.live == {0, 2} and not c.held
+    for w in (0, 2):
+        c.finish(w)
+    assert c.all_finished
+    c.new_epoch()
+    assert c.active == {0, 2}

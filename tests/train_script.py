@@ -37,12 +37,12 @@ from lightning_hybrid.callbacks import HeterogeneitySimulator
 
 
 class IndexedData(pl.LightningDataModule):
-    def __init__(self, batch_size: int, samples: int) -> None:
+    def __init__(self, batch_size: int, samples: int, noise: float = 1.0, test_samples: int = 128) -> None:
         super().__init__()
         self.batch_size = batch_size
-        x, y = synthetic_classification(samples, (1, 28, 28), 10, seed=1)
+        x, y = synthetic_classification(samples, (1, 28, 28), 10, seed=1, noise=noise)
         self.data = TensorDataset(x, y, torch.arange(samples))
-        self.test = TensorDataset(*synthetic_classification(128, (1, 28, 28), 10, seed=2))
+        self.test = TensorDataset(*synthetic_classification(test_samples, (1, 28, 28), 10, seed=2, noise=noise))
 
     def train_dataloader(self):
         # Under DDP, Lightning replaces this sampler by DistributedSampler(seed=0), whose permutation
@@ -84,13 +84,13 @@ class RecordingClassifier(ClassifierModule):
 
 
 class KillAt(pl.Callback):
-    """SIGKILLs this process at a given training step on a given rank: a crashed worker."""
+    """SIGKILLs this process at a given training step (of a given epoch) on a given rank: a crashed worker."""
 
-    def __init__(self, rank: int, step: int, out: Path) -> None:
-        self.rank, self.step, self.out = rank, step, out
+    def __init__(self, rank: int, step: int, out: Path, epoch: int = 0) -> None:
+        self.rank, self.step, self.out, self.epoch = rank, step, out, epoch
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-        if trainer.global_rank == self.rank and batch_idx == self.step:
+        if trainer.global_rank == self.rank and batch_idx == self.step and trainer.current_epoch == self.epoch:
             (self.out / "killed_at").write_text(repr(time.time()))
             os.kill(os.getpid(), signal.SIGKILL)
 
@@ -105,6 +105,20 @@ class KillServerAt(pl.Callback):
         if trainer.global_rank == 0 and batch_idx == self.step:
             (self.out / "killed_at").write_text(repr(time.time()))
             os.kill(trainer.strategy._server.pid, signal.SIGKILL)
+
+
+class TrainedBatches(pl.Callback):
+    """Appends each trained batch's sample indices to trained_rank{r}.txt as it ends (its optimizer
+    step done: for the parameter-server strategies, its gradient received by the server), one line
+    "epoch i,j,k", so that the record of a rank that dies is complete up to its death."""
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        line = f"{trainer.current_epoch} {','.join(map(str, batch[2].tolist()))}\n"
+        with open(self.out / f"trained_rank{trainer.global_rank}.txt", "a") as f:
+            f.write(line)
 
 
 class PidFiles(pl.Callback):
@@ -142,6 +156,8 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--samples", type=int, default=256)
     parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--noise", type=float, default=1.0, help="synthetic data: noise around the class prototypes")
+    parser.add_argument("--test-samples", type=int, default=128)
     parser.add_argument("--max-steps", type=int, default=-1)
     parser.add_argument("--lr", type=float, default=0.1)
     parser.add_argument("--momentum", type=float, default=0.0)
@@ -150,6 +166,9 @@ def main() -> None:
     parser.add_argument("--resume", default=None)
     parser.add_argument("--kill-rank", type=int, default=None)
     parser.add_argument("--kill-step", type=int, default=3)
+    parser.add_argument("--kill-epoch", type=int, default=0)
+    parser.add_argument("--on-worker-failure", default="stop", help="parameter-server strategies")
+    parser.add_argument("--record-batches", action="store_true", help="append trained batches to trained_rank{r}.txt")
     parser.add_argument("--kill-server-step", type=int, default=None, help="rank 0 SIGKILLs the parameter server then")
     parser.add_argument("--oom-rank", type=int, default=None, help="this rank runs out of memory at --oom-step")
     parser.add_argument("--oom-step", type=int, default=3)
@@ -185,9 +204,10 @@ def main() -> None:
     strategy = args.strategy
     shared = {"processes_per_device": args.processes_per_device, "fork_ranks": args.fork_ranks}
     if strategy == "ssp":
-        strategy = SSPStrategy(staleness=args.staleness, sync=args.sync, timeout=args.timeout, **shared)
+        strategy = SSPStrategy(staleness=args.staleness, sync=args.sync, timeout=args.timeout,
+                               on_worker_failure=args.on_worker_failure, **shared)
     elif strategy == "cneural":
-        strategy = CNeuralStrategy(timeout=args.timeout, **shared)
+        strategy = CNeuralStrategy(timeout=args.timeout, on_worker_failure=args.on_worker_failure, **shared)
     elif strategy == "asgd":
         strategy = AllReduceASGDStrategy(
             delay=args.delay, compensation=args.compensation, dc_lambda=args.dc_lambda, warmup_steps=args.warmup,
@@ -214,7 +234,9 @@ def main() -> None:
     callbacks.append(timer)
     callbacks.append(PidFiles(args.out))
     if args.kill_rank is not None:
-        callbacks.append(KillAt(args.kill_rank, args.kill_step, args.out))
+        callbacks.append(KillAt(args.kill_rank, args.kill_step, args.out, args.kill_epoch))
+    if args.record_batches:
+        callbacks.append(TrainedBatches(args.out))
     if args.kill_server_step is not None:
         callbacks.append(KillServerAt(args.kill_server_step, args.out))
     if args.oom_rank is not None:
@@ -235,7 +257,7 @@ def main() -> None:
         accumulate_grad_batches=args.accumulate, precision=args.precision, overfit_batches=args.overfit_batches,
         fast_dev_run=args.fast_dev_run, check_val_every_n_epoch=args.check_val_every,
     )
-    data = IndexedData(args.batch_size, args.samples)
+    data = IndexedData(args.batch_size, args.samples, args.noise, args.test_samples)
     trainer.fit(module, datamodule=data, ckpt_path=args.resume)
     rank = trainer.global_rank
     if isinstance(strategy, BalancedDataParallelStrategy):

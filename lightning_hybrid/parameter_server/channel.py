@@ -34,6 +34,14 @@ class ChannelClosedError(RuntimeError):
     """The other side of the channel is gone or did not answer in time."""
 
 
+class WorkerLostError(ChannelClosedError):
+    """The server's connection to ``worker`` broke (its process died) or it sent nothing in time."""
+
+    def __init__(self, worker: int, cause: BaseException) -> None:
+        super().__init__(f"worker {worker}: {cause}")
+        self.worker = worker
+
+
 def open_channel(host: str, port: int, prefix: str, rank: int, size: int, timeout_s: float) -> dist.ProcessGroup:
     """Join the side-channel group ``prefix`` as ``rank`` of ``size`` through the store at host:port."""
     timeout = datetime.timedelta(seconds=timeout_s)
@@ -166,13 +174,13 @@ class Inbox:
 
     def next(self, timeout: float | None = None) -> tuple[int, Message, Payload] | None:
         """The next request: ``(worker, message, payload)``, or None when ``timeout`` seconds pass
-        first; raises what broke a worker's connection."""
+        first; a :class:`WorkerLostError` (from what broke it) when a worker's connection broke."""
         try:
             worker, message, payload = self._ready.get(timeout=timeout)
         except queue.Empty:
             return None
         if message is None:
-            raise payload
+            raise WorkerLostError(worker, payload) from payload
         return worker, message, payload
 
     def send(self, message: Message, worker: int, payloads: Sequence[torch.Tensor] = ()) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections import deque
 
 import torch
 
@@ -19,6 +20,12 @@ class ChunkDispenser:
 
     ``max_chunks`` caps the chunks per epoch (Lightning's ``limit_train_batches`` times workers);
     ``shuffle=False`` deals ``0, 1, 2, ...`` in order every epoch (a sequential sampler, ``overfit_batches``).
+
+    A worker *holds* the chunks dealt to it until it reports them trained (:meth:`trained`). When a
+    worker is lost (:meth:`lose`), the chunks it held are dealt again, to whoever asks first, before
+    any new one, and it gets none from then on; with ``dynamic=False`` the rest of that epoch is
+    dealt dynamically, and from the next epoch each round is one chunk per remaining worker. Every
+    sample is still trained on exactly once per epoch.
 
     Example::
 
@@ -48,6 +55,33 @@ class ChunkDispenser:
         per_epoch = num_samples // batch_size if drop_last else math.ceil(num_samples / batch_size)
         self.num_chunks = per_epoch if max_chunks is None else min(per_epoch, max_chunks)
         self.epoch: int | None = None
+        self.members = list(range(num_workers))  # the workers not lost, in rank order
+        self._held: dict[int, deque[int]] = {}
+
+    def lose(self, worker: int) -> int:
+        """``worker`` is gone: deal the chunks it held again; return how many there were."""
+        if worker not in self.members:
+            return 0
+        self.members.remove(worker)
+        if self.epoch is None:
+            return 0
+        held = sorted(self._held.pop(worker, ()))
+        if not self.dynamic and not self._dynamic_now:  # the static rounds no longer fit: the rest dynamically
+            dealt = {i for chunks in self._held.values() for i in chunks} | self._trained
+            self._undealt = deque(i for i in range(self.num_chunks) if i not in dealt and i not in held)
+            self._dynamic_now = True
+        self._again.extend(held)
+        return len(held)
+
+    def trained(self, worker: int, chunks: int = 1) -> None:
+        """``worker`` has trained on (pushed the gradient of) its ``chunks`` oldest held chunks."""
+        held = self._held.get(worker)
+        for _ in range(min(chunks, len(held) if held else 0)):
+            self._trained.add(held.popleft())
+
+    def held(self, worker: int) -> int:
+        """Chunks dealt to ``worker`` and not yet reported trained."""
+        return len(self._held.get(worker, ()))
 
     def start_epoch(self, epoch: int) -> None:
         if self.shuffle:
@@ -56,15 +90,27 @@ class ChunkDispenser:
             self._order = torch.arange(self.num_samples)
         self._next = 0
         self._taken = [0] * self.num_workers
+        self._held = {w: deque() for w in self.members}
+        self._trained: set[int] = set()
+        self._again: deque[int] = deque()  # chunks a lost worker held, dealt again first
+        self._undealt: deque[int] = deque()
+        self._dynamic_now = False  # a static epoch after a loss
         self.epoch = epoch
 
     def next_chunk(self, worker: int) -> torch.Tensor | None:
         """The next chunk of sample indices for ``worker``, or None when its epoch is over."""
-        if self.dynamic:
+        if worker not in self.members:
+            return None
+        if self._again:
+            index = self._again.popleft()
+        elif self._dynamic_now:
+            index = self._undealt.popleft() if self._undealt else self.num_chunks
+        elif self.dynamic:
             index, self._next = self._next, self._next + 1
         else:
-            index = self._taken[worker] * self.num_workers + worker
+            index = self._taken[worker] * len(self.members) + self.members.index(worker)
         if index >= self.num_chunks:
             return None
         self._taken[worker] += 1
+        self._held[worker].append(index)
         return self._order[index * self.batch_size : (index + 1) * self.batch_size]

@@ -40,7 +40,7 @@ from lightning_hybrid.parameter_server.sync_controller import validate_staleness
 
 #: int64 slots of a header: the op code, up to :data:`MAX_FIELDS` fields, then the payload's bytes and
 #: whether the payload came in the same message (1) or follows in a message of its own (0).
-HEADER_LEN = 10
+HEADER_LEN = 11
 MAX_FIELDS = HEADER_LEN - 3
 TAG_REQUEST, TAG_REQUEST_PAYLOAD, TAG_REPLY, TAG_REPLY_PAYLOAD = 11, 12, 13, 14
 
@@ -112,6 +112,7 @@ class Push(Message):
     chunk_epoch: int = -1
     weight: int = 1
     read_version: int = -1  # the server step the gradient was computed at; -1: the last one sent
+    batches: int = 1  # the dealt batches this gradient was computed on (gradient accumulation: several)
 
 
 @dataclass(frozen=True)
@@ -171,6 +172,7 @@ class Parameters(Message):
     global_syncs: int  # delay-mode synchronizations (or BSP rounds) so far
     chunk: int = 0
     stop: int = 0  # 1: the server has taken its max_steps steps; train no further
+    live: int = 0  # the workers not lost, a bit each (worker w: 1 << w)
 
 
 @dataclass(frozen=True)
@@ -210,6 +212,10 @@ def decode(header: torch.Tensor) -> tuple[Message, int, bool]:
 
 
 # ---------------------------------------------------------------------- the server's settings
+#: What a lost worker does to the run: end it (the default), or leave its work to the others.
+WORKER_FAILURE_MODES = ("stop", "continue")
+
+
 @dataclass(frozen=True)
 class ServerSettings:
     """Everything the server process needs, handed to it as data (JSON on its standard input).
@@ -227,6 +233,9 @@ class ServerSettings:
             after the last step are not applied.
         step_patience: how long a push that does not complete an update may wait for it, as a
             fraction of the worker's push interval (:mod:`~lightning_hybrid.parameter_server.step_wait`).
+        pushes_follow_workers: ``pushes_per_update`` is one per live worker (it drops when a worker is lost).
+        on_worker_failure: ``"stop"``: a lost worker ends the server with an error; ``"continue"``: its
+            unfinished batches go to the others and the run goes on without it.
     """
 
     host: str
@@ -241,11 +250,17 @@ class ServerSettings:
     momentum_correction: bool = False
     max_steps: int = -1
     step_patience: float = 0.0
+    pushes_follow_workers: bool = False
+    on_worker_failure: str = "stop"
 
     def __post_init__(self) -> None:
         if self.workers < 1:
             raise ValueError(f"the parameter server needs at least one worker, got {self.workers}")
         validate_staleness(self.staleness, self.sync)
+        if self.on_worker_failure not in WORKER_FAILURE_MODES:
+            raise ValueError(
+                f"on_worker_failure must be one of {', '.join(map(repr, WORKER_FAILURE_MODES))}, got {self.on_worker_failure!r}"
+            )
         if self.max_steps == 0 or self.max_steps < -1:
             raise ValueError(f"max_steps must be a positive number of optimizer steps or -1, got {self.max_steps}")
 

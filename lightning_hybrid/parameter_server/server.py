@@ -27,6 +27,13 @@ and serves the requests of :mod:`~lightning_hybrid.parameter_server.protocol` on
 
 A failing request is answered with ``Refused`` (the error's text), then the server exits with the
 error. It also exits when the process that started it dies.
+
+A worker whose connection breaks (its process died) ends the server with an error, unless the
+settings say ``on_worker_failure="continue"``: then the batches dealt to it and not yet pushed are
+dealt again to the others, nobody waits for it any more (its round, its sync, its share of an
+update), and every later reply tells the workers which of them are left (``Parameters.live``), so
+that they can regroup at the epoch's synchronization. Worker 0 (the process that started the
+server) cannot be lost: its death ends the run.
 """
 
 from __future__ import annotations
@@ -47,7 +54,7 @@ import torch
 
 from lightning_hybrid.comm.flat import flatten_in_place
 from lightning_hybrid.parameter_server import channel
-from lightning_hybrid.parameter_server.channel import Payload
+from lightning_hybrid.parameter_server.channel import Payload, WorkerLostError
 from lightning_hybrid.parameter_server.dispenser import ChunkDispenser
 from lightning_hybrid.parameter_server.protocol import (
     Bye, Chunk, Finish, GetState, Init, Initialized, Message, NextChunk, Parameters, Push, Refused, ServerSettings,
@@ -78,7 +85,8 @@ class ParameterServer:
     after ``max_steps`` steps (``-1``: no limit) no push is applied and every reply says stop."""
 
     def __init__(self, pg, num_workers: int, staleness: float, sync: str, rule: UpdateRule | None = None,
-                 max_steps: int = -1, step_patience: float = 0.0) -> None:
+                 max_steps: int = -1, step_patience: float = 0.0, on_worker_failure: str = "stop",
+                 pushes_follow_workers: bool = False) -> None:
         self.inbox = channel.Inbox(pg, num_workers)
         self.num_workers = num_workers
         self.controller = SyncController(num_workers, staleness, sync)
@@ -93,10 +101,21 @@ class ParameterServer:
         self.finished: set[int] = set()
         self._last_staleness = [0] * num_workers
         self._chunk_wanted: dict[int, int] = {}  # worker -> epoch of the batch to send with its next parameters
+        self.on_worker_failure = on_worker_failure
+        self.pushes_follow_workers = pushes_follow_workers
+        self.lost: set[int] = set()
+        self._broken: dict[int, BaseException] = {}  # workers a reply could not reach
 
     # ---------------------------------------------------------------- replies
     def _reply(self, worker: int, message: Message, *payloads: torch.Tensor) -> None:
-        self.inbox.send(message, worker, payloads)
+        if worker in self.lost or worker in self._broken:
+            return
+        try:
+            self.inbox.send(message, worker, payloads)
+        except Exception as err:  # noqa: BLE001 - gloo raises RuntimeError subclasses
+            if self.on_worker_failure != "continue" or worker == 0:
+                raise
+            self._broken[worker] = err  # lost once the request being handled is done
 
     def _refuse(self, worker: int, text: str) -> None:
         data = torch.frombuffer(bytearray(text.encode()), dtype=torch.uint8)
@@ -104,6 +123,8 @@ class ParameterServer:
 
     def _send_params(self, worker: int, with_chunk: bool) -> None:
         """The newest parameters, and (a ``Push`` reply) the worker's next batch if it asked for one."""
+        if worker in self.lost:
+            return
         self.read_version[worker] = self.version
         c = self.controller
         gap = c.gap(worker) if worker in c.active else 0
@@ -112,7 +133,7 @@ class ParameterServer:
             chunk = self._deal(worker, self._chunk_wanted.pop(worker))
             length = -1 if chunk is None else chunk.numel()
         reply = Parameters(self.version, self._last_staleness[worker], gap, c.max_gap, c.global_syncs, length,
-                           int(self.stopped))
+                           int(self.stopped), sum(1 << w for w in c.live))
         self._reply(worker, reply, self._optimization(worker).flat_params, *([chunk] if chunk is not None else []))
 
     @property
@@ -191,6 +212,8 @@ class ParameterServer:
             for w in self.waits.release_all():  # they waited for this step
                 self._send_params(w, with_chunk=True)
         self._last_staleness[worker] = staleness  # reported back with the parameters
+        if self.dispenser is not None:
+            self.dispenser.trained(worker, request.batches)
         if request.chunk_epoch >= 0:  # the worker's next batch travels with its parameters: no extra round trip
             self._chunk_wanted[worker] = request.chunk_epoch
         self._apply(self.controller.push(worker), pusher=worker)
@@ -201,12 +224,44 @@ class ParameterServer:
             self._send_params(w, with_chunk=True)
         self.finished.add(worker)
         self._apply(self.controller.finish(worker))
-        if self.controller.all_finished:
+        self._end_epoch_if_all_finished()
+
+    def _end_epoch_if_all_finished(self) -> None:
+        """The epoch's global synchronization, once every live worker has finished it."""
+        if self.finished and self.controller.all_finished:
             for w in sorted(self.finished):
                 self._last_staleness[w] = 0
                 self._send_params(w, with_chunk=False)
             self.finished.clear()
             self.controller.new_epoch()
+
+    def lose(self, worker: int, error: BaseException) -> None:
+        """``worker``'s connection broke: with ``on_worker_failure="continue"`` go on without it
+        (see the module doc), else re-raise ``error``."""
+        if self.on_worker_failure != "continue" or worker == 0:
+            raise error
+        if worker in self.lost:
+            return
+        self.lost.add(worker)
+        again = self.dispenser.lose(worker) if self.dispenser is not None else 0
+        self._chunk_wanted.pop(worker, None)
+        self.finished.discard(worker)
+        self.waits.held.pop(worker, None)
+        survivors = sorted(self.controller.live - {worker})
+        log.warning(
+            "worker %d is lost (its connection broke); %d batch(es) it held go to the others; continuing with workers %s",
+            worker, again, ", ".join(map(str, survivors)),
+        )
+        log.debug("worker %d: %s", worker, error.__cause__ or error)
+        if self.pushes_follow_workers and not self.controller.bsp:
+            self.rule.pushes_per_update = max(1, len(survivors))
+        self._apply(self.controller.remove(worker))
+        if not self.controller.bsp and self.rule.pending and self.rule.pending >= self.rule.pushes_per_update:
+            self.opt.flat_grads.copy_(self.rule.take_average())  # the lost worker's share is no longer awaited
+            self._step()
+        for w in self.waits.release_all():  # they waited for a step the lost worker was to complete
+            self._send_params(w, with_chunk=True)
+        self._end_epoch_if_all_finished()
 
     def handle_get_state(self, worker: int, request: GetState, payload: Payload) -> None:
         data = channel.to_bytes(self._optimization(worker).optimizer.state_dict())
@@ -254,9 +309,14 @@ class ParameterServer:
         }
         while True:
             deadline = self.waits.next_deadline()
-            received = self.inbox.next(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            try:
+                received = self.inbox.next(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            except WorkerLostError as lost:
+                received = None
+                self.lose(lost.worker, lost)
             for w in self.waits.due(time.monotonic()):
                 self._send_params(w, with_chunk=True)
+            self._lose_unreachable()
             if received is None:
                 continue
             worker, request, payload = received
@@ -268,9 +328,15 @@ class ParameterServer:
                 if handler is None:
                     raise RuntimeError(f"{type(request).__name__} is not a request")
                 handler(worker, request, payload)
+                self._lose_unreachable()
             except Exception as err:
                 self._refuse(worker, f"{type(err).__name__}: {err}")
                 raise
+
+    def _lose_unreachable(self) -> None:
+        while self._broken:
+            worker, err = self._broken.popitem()
+            self.lose(worker, WorkerLostError(worker, err))
 
 
 # The server needs torch only. Importing ``lightning_hybrid`` runs the package's __init__, which
@@ -330,7 +396,7 @@ def run(settings: ServerSettings) -> None:
     pg = channel.open_channel(settings.host, settings.port, settings.prefix, 0, settings.workers + 1, settings.timeout)
     rule = UpdateRule(settings.pushes_per_update, settings.staleness_lr, settings.momentum_correction)
     ParameterServer(pg, settings.workers, settings.staleness, settings.sync, rule, settings.max_steps,
-                    settings.step_patience).serve()
+                    settings.step_patience, settings.on_worker_failure, settings.pushes_follow_workers).serve()
     # Shut down: nothing is left to clean up, and a normal interpreter exit with the channel's
     # receive threads still blocked in gloo aborts ("terminate called without an active exception").
     logging.shutdown()

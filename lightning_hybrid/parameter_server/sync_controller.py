@@ -16,7 +16,8 @@ pure Python, so every rule can be unit-tested without processes:
 * ``staleness == inf``: fully asynchronous; nobody ever waits.
 
 A worker that has finished its epoch (the data ran out) is no longer *active*: it cannot hold the
-others back. The *gap* recorded for an iteration is, when a worker is allowed to start it, how
+others back. A worker that is lost (its process died, :meth:`SyncController.remove`) is neither
+active nor *live*: nobody waits for it again, and each new epoch starts with the live workers. The *gap* recorded for an iteration is, when a worker is allowed to start it, how
 many iterations that worker has completed beyond the slowest active worker; it never exceeds
 ``staleness``.
 """
@@ -69,14 +70,22 @@ class SyncController:
         self.bsp = self.staleness == 0
         self.max_gap = 0
         self.global_syncs = 0
+        self.live = set(range(num_workers))
         self.new_epoch()
 
     def new_epoch(self) -> None:
-        """All workers active again, clocks at zero (after the epoch's global synchronization)."""
+        """All live workers active again, clocks at zero (after the epoch's global synchronization)."""
         self.clocks = [0] * self.num_workers
-        self.active = set(range(self.num_workers))
+        self.active = set(self.live)
         self.held: set[int] = set()
         self.sync_pending = False
+
+    def remove(self, worker: int) -> Decision:
+        """``worker`` is lost: it neither holds the others back nor is released again."""
+        self.live.discard(worker)
+        self.active.discard(worker)
+        self.held.discard(worker)
+        return self._settle()
 
     def _min_active_clock(self) -> int:
         return min(self.clocks[w] for w in self.active) if self.active else 0

@@ -65,6 +65,12 @@ class CNeuralStrategy(ParameterServerStrategy):
         **kwargs: Any,
     ) -> None:
         super().__init__(timeout, **kwargs)
+        if self.on_worker_failure == "continue":
+            raise ValueError(
+                "CNeuralStrategy(on_worker_failure='continue') is not supported yet: a lost worker's share of the pass "
+                "would be missing from that pass's update. Use 'stop' with per-epoch checkpoints and ckpt_path='last' "
+                "(the rerun resumes from the last completed pass)."
+            )
         self.staleness, self.sync = 0.0, "delay"  # the server collects one push per worker per pass
         # This pass's gradient sum (each mini-batch's gradient times its sample count).
         self._pass_grad: torch.Tensor | None = None

@@ -97,7 +97,8 @@ class CheckingLauncher(_SubprocessScriptLauncher):
             self.watch = ProcessWatch()
             first_rank = self.cluster_environment.node_rank() * self.num_processes
             for local_rank, process in enumerate(self.procs, start=1):
-                self.watch.add(self.strategy.process_role, first_rank + local_rank, process)
+                self.watch.add(self.strategy.process_role, first_rank + local_rank, process,
+                               fatal=self.strategy.worker_loss_is_fatal)
             self.watch.start()
         _set_num_threads_if_needed(num_processes=self.num_processes)
         return function(*args, **kwargs)
@@ -257,6 +258,11 @@ class CheckedDDPStrategy(DDPStrategy):
     def _configure_launcher(self) -> None:
         assert self.cluster_environment is not None
         self._launcher = CheckingLauncher(self, self.cluster_environment, self.num_processes, self.num_nodes)
+
+    @property
+    def worker_loss_is_fatal(self) -> bool:
+        """Whether the death of a rank other than 0 ends the run (else the run goes on without it)."""
+        return True
 
     def on_ranks_forked(self) -> None:
         """Called in the main process right after ``fork_ranks`` forked the other ranks, before any

@@ -28,9 +28,10 @@ from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from lightning_hybrid.comm.collectives import all_gather, broadcast_
 from lightning_hybrid.comm.flat import copy_into, flatten, gradients
+from lightning_hybrid.comm.regroup import live_ranks, regroup
 from lightning_hybrid.parameter_server.channel import open_channel
 from lightning_hybrid.parameter_server.client import ParameterServerClient, PullInfo
-from lightning_hybrid.parameter_server.protocol import ServerSettings
+from lightning_hybrid.parameter_server.protocol import WORKER_FAILURE_MODES, ServerSettings
 from lightning_hybrid.parameter_server.server import run as run_server
 from lightning_hybrid.parameter_server.server import start_server
 from lightning_hybrid.strategies import common
@@ -72,6 +73,14 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
             error (a dead or stalled worker ends the run instead of hanging it).
         process_group_backend: backend of the workers' own group (``None``: nccl with one worker per
             GPU, otherwise gloo); the server channel is always gloo with CPU tensors.
+        on_worker_failure: what the death of a worker other than rank 0 does. ``"stop"`` (default):
+            the run ends with a message naming it. ``"continue"``: the server deals the batches it
+            held to the others and waits for it no more; at the epoch's synchronization the
+            survivors form a new process group for Lightning's collectives (validation and test
+            data re-split among them), and the run finishes with them. Rank 0, the server, or a
+            death during validation or checkpointing (collectives among the workers) still end
+            the run. Runs started by Lightning's launcher (``devices=N``); under torchrun or SLURM
+            their launcher ends the run when a rank dies.
         processes_per_device: processes started on each device the Trainer gives (``devices=1,
             processes_per_device=2``: two processes on one GPU, whose group then uses gloo).
     """
@@ -85,11 +94,18 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
     def __init__(
         self,
         timeout: float = 300.0,
+        on_worker_failure: str = "stop",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         if not timeout > 0:
             raise ValueError(f"timeout must be a positive number of seconds, got {timeout}")
+        if on_worker_failure not in WORKER_FAILURE_MODES:
+            raise ValueError(
+                f"on_worker_failure must be 'stop' (a dead worker ends the run) or 'continue' (the others finish "
+                f"its work), got {on_worker_failure!r}"
+            )
+        self.on_worker_failure = on_worker_failure
         self.timeout = float(timeout)
         self.staleness: float = 0.0
         self.sync = "delay"
@@ -106,7 +122,21 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
         self.max_steps = -1
         self._stop = False  # the server has taken max_steps steps
         self._weights_version = 0  # the server step of the parameters the model holds
+        self._members: list[int] = []  # the workers not lost (on_worker_failure="continue")
+        self._channel_prefix = ""
         self._reset_epoch_stats()
+
+    @property
+    def worker_loss_is_fatal(self) -> bool:
+        return self.on_worker_failure != "continue"
+
+    @property
+    def distributed_sampler_kwargs(self) -> dict[str, Any]:
+        """Evaluation data split among the workers left (all of them unless one was lost)."""
+        members = self._members or list(range(self.num_workers))
+        if self.global_rank not in members:
+            return super().distributed_sampler_kwargs
+        return {"num_replicas": len(members), "rank": members.index(self.global_rank)}
 
     @property
     def num_workers(self) -> int:
@@ -142,6 +172,7 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
         # The server counts the steps: each worker's Lightning loop must not stop at its own count.
         self.max_steps, trainer.fit_loop.epoch_loop.max_steps = trainer.max_steps, -1
         self._stop = False
+        self._members = list(range(self.num_workers))
         self._open_server_channel()
         self.attach_sync_points(trainer)
         self._make_sigterm_check_local(trainer)
@@ -166,8 +197,9 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
         settings = ServerSettings(
             host=str(env.main_address), port=int(env.main_port), prefix=f"lightning_hybrid/ps/{next(_SESSIONS)}/",
             workers=self.num_workers, staleness=self.staleness, sync=self.sync, timeout=self.timeout,
-            max_steps=self.max_steps, **self._update_rule(),
+            max_steps=self.max_steps, on_worker_failure=self.on_worker_failure, **self._update_rule(),
         )
+        self._channel_prefix = settings.prefix
         if self.global_rank == 0:
             standby, self._standby_server = self._standby_server, None
             self._server = start_server(settings) if standby is None else standby.start(settings.to_json())
@@ -192,6 +224,25 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
         self._stop |= info.stop
         self._weights_version = info.version
         return info
+
+    def _regroup_without_lost(self, info: PullInfo) -> None:
+        """At a global sync: if the server has lost workers since the last one, form the survivors'
+        process group (Lightning's collectives from here on) and re-split the evaluation data."""
+        members = live_ranks(info.live) if info.live else self._members
+        if members == self._members:
+            return
+        lost = sorted(set(self._members) - set(members))
+        env = self.cluster_environment
+        key = f"{self._channel_prefix}survivors/{'-'.join(map(str, members))}/"
+        regroup(members, self.global_rank, str(env.main_address), int(env.main_port), key, self.timeout)
+        self._members = members
+        log.warning(
+            "worker rank %d: continuing without worker(s) %s (on_worker_failure='continue'); %d workers left: %s",
+            self.global_rank, ", ".join(map(str, lost)), len(members), ", ".join(map(str, members)),
+        )
+        trainer = self.lightning_module.trainer
+        for loop in (trainer.fit_loop.epoch_loop.val_loop, trainer.validate_loop, trainer.test_loop):
+            loop._combined_loader = None  # rebuilt with the new split when next needed
 
     def on_sync_start(self, trainer: pl.Trainer) -> None:
         if self.global_rank == 0:
@@ -260,7 +311,8 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
         """What a worker sends the server at the end of its epoch, before the global sync."""
 
     def _pull_at_sync(self) -> None:
-        self._note(self.client.finish(self._flat))
+        info = self._note(self.client.finish(self._flat))
+        self._regroup_without_lost(info)
         self._load_flat()
         for buffer in self.lightning_module.buffers():
             broadcast_(buffer, src=0)
@@ -285,12 +337,18 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
         )
         names = list(asdict(mine))
         local = torch.tensor([float(v) for v in asdict(mine).values()], dtype=torch.float64)
-        gathered = all_gather(local)
-        epoch_stats = [WorkerEpochStats(**{f: type(getattr(mine, f))(v) for f, v in zip(names, t.tolist())}) for t in gathered]
+        gathered = dict(zip(self._members, all_gather(local)))
+        # A lost worker's figures are missing: zeros in the history, not logged.
+        epoch_stats = [
+            WorkerEpochStats(**{f: type(getattr(mine, f))(v) for f, v in zip(names, gathered[r].tolist())})
+            if r in gathered else WorkerEpochStats() for r in range(self.num_workers)
+        ]
         self.history.append(epoch_stats)
         # Every worker logs the same gathered values (sync_dist averages identical numbers: no warning).
         prefix = self.metrics_prefix
         for rank, stats in enumerate(epoch_stats):
+            if rank not in gathered:
+                continue
             for name in self.logged_stats:
                 pl_module.log(f"{prefix}/worker{rank}/{name}", float(getattr(stats, name)), on_step=False, on_epoch=True,
                               sync_dist=True)

@@ -46,11 +46,14 @@ _PR_SET_PDEATHSIG = 1
 
 @dataclass
 class Watched:
-    """One process of the run: its role ("worker", "parameter server"), global rank (None: none)."""
+    """One process of the run: its role ("worker", "parameter server"), global rank (None: none),
+    and whether its death ends the run (``fatal``) or the run goes on without it."""
 
     role: str
     rank: int | None
     process: subprocess.Popen
+    fatal: bool = True
+    reported: bool = False  # a non-fatal death, already reported
 
     def describe(self) -> str:
         rank = f" rank {self.rank}" if self.rank is not None else ""
@@ -104,9 +107,10 @@ class ProcessWatch:
         self._thread: threading.Thread | None = None
         self._ending = False
 
-    def add(self, role: str, rank: int | None, process: subprocess.Popen) -> None:
+    def add(self, role: str, rank: int | None, process: subprocess.Popen, fatal: bool = True) -> None:
+        """Watch ``process``; with ``fatal=False`` its death is reported and the run goes on."""
         with self._lock:
-            self._watched.append(Watched(role, rank, process))
+            self._watched.append(Watched(role, rank, process, fatal))
 
     def forget(self, process: subprocess.Popen) -> None:
         """Stop watching ``process`` (before ending it on purpose)."""
@@ -122,14 +126,25 @@ class ProcessWatch:
     def _run(self) -> None:
         while not self._ending:
             time.sleep(self.interval)
-            dead = None if self._ending else self.dead()
+            dead = None if self._ending else self.dead(fatal_only=True)
             if dead is not None:
                 self.end_run(dead)
+            self._report_tolerated_deaths()
 
-    def dead(self) -> Watched | None:
-        """The first watched process that ended with a non-zero code, if any."""
+    def _report_tolerated_deaths(self) -> None:
         with self._lock:
-            watched = list(self._watched)
+            newly = [w for w in self._watched if not w.fatal and not w.reported and w.process.poll() not in (None, 0)]
+            for w in newly:
+                w.reported = True
+        for w in newly:
+            message = f"lightning-hybrid: {w.describe()} {describe_exit(w.process.returncode)}; the run goes on without it"
+            os.write(self.stream_fd, ("\n" + message + ".\n").encode())
+
+    def dead(self, fatal_only: bool = False) -> Watched | None:
+        """The first watched process that ended with a non-zero code, if any (``fatal_only``: of
+        those whose death ends the run)."""
+        with self._lock:
+            watched = [w for w in self._watched if w.fatal or not fatal_only]
         return next((w for w in watched if w.process.poll() not in (None, 0)), None)
 
     def end_run(self, dead: Watched) -> NoReturn:

@@ -176,10 +176,12 @@ class SSPStrategy(ParameterServerStrategy):
         self._dealt_epoch: int | None = None
         self._data_epoch_over = False
         self._limit_train_batches: int | float = 1.0
+        self._batches_since_push = 0  # the dealt batches the next push's gradient covers
 
     def _update_rule(self) -> dict[str, Any]:
         return {
             "pushes_per_update": self.pushes_per_update or self.num_workers,
+            "pushes_follow_workers": self.pushes_per_update is None,
             "staleness_lr": self.staleness_lr,
             "momentum_correction": self.momentum_correction,
             # with overlap the next gradient is computed before the reply is read: waiting buys nothing
@@ -252,6 +254,14 @@ class SSPStrategy(ParameterServerStrategy):
         return self._dealt.popleft() if self._dealt else None
 
     # ------------------------------------------------------------------ the training step
+    def _count_samples(self, samples: int) -> None:
+        super()._count_samples(samples)
+        self._batches_since_push += 1
+
+    def _begin_async_phase(self) -> None:
+        super()._begin_async_phase()
+        self._batches_since_push = 0
+
     def _replaced_step(self, optimizer: torch.optim.Optimizer) -> None:
         """Push this step's gradient and take the newest parameters (with the next batch's indices).
 
@@ -261,11 +271,13 @@ class SSPStrategy(ParameterServerStrategy):
         of the parameters it was computed at, so the server counts its staleness right."""
         want = None if self._data_epoch_over or self._dealt_epoch is None else self._dealt_epoch
         lrs, grad, read = [group["lr"] for group in optimizer.param_groups], self._flat_grad(), self._weights_version
+        batches, self._batches_since_push = max(1, self._batches_since_push), 0
         if self._comm is None:
-            self._received(self._timed(lambda: self.client.push(grad, lrs, self._flat, want, read_version=read)))
+            self._received(self._timed(lambda: self.client.push(grad, lrs, self._flat, want, read_version=read,
+                                                                 batches=batches)))
             return
         self._settle()
-        self._in_flight = self._comm.submit(self.client.push, grad, lrs, self._flat, want, 1, read)
+        self._in_flight = self._comm.submit(self.client.push, grad, lrs, self._flat, want, 1, read, batches)
 
     def _settle(self) -> None:
         """Wait for the push in flight, if any, and take what its reply brings."""
