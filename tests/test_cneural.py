@@ -57,6 +57,15 @@ def test_each_worker_holds_its_own_shards_once(stores):
     assert sorted(map(bytes, together)) == sorted(map(bytes, x_all.reshape(2000, -1)))
 
 
+def test_reading_a_lost_workers_share_leaves_the_own_share_alone(stores):
+    dm = ShardDataModule(stores["train"], quota="1MiB", mean=MEAN, std=STD)
+    own = dm.load_share(0, 3)
+    theirs = dm.read_share(1, 3)  # what worker 0 reads when it takes over worker 1's share
+    assert torch.equal(theirs.x, ShardDataModule(stores["train"], quota="1MiB").load_share(1, 3).x)
+    assert not torch.equal(theirs.x[:10], own.x[:10])
+    assert dm._share == (0, 3)  # its own share is still shard set 0 of 3
+
+
 def test_batches_are_converted_and_normalized(stores):
     dm = ShardDataModule(stores["train"], quota="2MiB", mean=MEAN, std=STD, batch_size=64)
     dm.setup("fit")

@@ -11,8 +11,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import torch
 
-from conftest import alive, run_train_script
+from conftest import alive, run_train_script, shared_train_script
 
 pytestmark = pytest.mark.multiprocess
 
@@ -98,3 +99,27 @@ def test_with_continue_a_killed_workers_batches_go_to_the_others(tmp_path, stale
     print(f"staleness {staleness}: test accuracy {accuracy}")
     assert accuracy["reference"] > 0.5  # the comparison means something: the task is learned, not solved
     assert abs(accuracy["fault"] - accuracy["reference"]) < 0.07, accuracy
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads process states from /proc (Linux)")
+@pytest.mark.parametrize("kill_epoch", [0, 2])
+def test_cneural_with_continue_ends_with_the_parameters_of_a_run_without_the_fault(tmp_path, tmp_path_factory, kill_epoch):
+    """CNeuralStrategy(on_worker_failure="continue"): worker 1 of 3 is SIGKILLed in the middle of a
+    pass; worker 2 computes the lost worker's share of that pass (and of every later one) at the
+    pass's parameters, so each pass is still one step of full-batch gradient descent over every
+    sample: the final parameters equal those of the run without the fault."""
+    setting = ("--strategy", "cneural", "--devices", "3", "--samples", "960", "--epochs", "3", "--lr", "0.5",
+               "--noise", "6", "--test-samples", "1024", "--timeout", "30")
+    faulty = run_train_script(tmp_path / "fault", *setting, "--kill-rank", "1", "--kill-step", "5",
+                              "--kill-epoch", str(kill_epoch), "--on-worker-failure", "continue", timeout=120)
+    started = pids(tmp_path / "fault")
+    pattern = rf"lightning-hybrid: worker rank 1 \(pid {started['rank1']}\) was killed by signal SIGKILL; the run goes on"
+    assert re.search(pattern, faulty.stderr), faulty.stderr[-3000:]
+    assert "worker 2 computed the pass of lost worker 1 (320 samples)" in faulty.stderr
+    assert not [role for role, pid in started.items() if alive(pid)], "a process outlived the run"
+    reference = shared_train_script(tmp_path_factory, *setting)
+    expected = torch.load(reference / "rank0.pt")
+    for rank in (0, 2):
+        final = torch.load(tmp_path / "fault" / f"rank{rank}.pt")
+        for name, value in expected.items():
+            torch.testing.assert_close(final[name], value, rtol=1e-5, atol=1e-6, msg=f"rank {rank}: {name}")

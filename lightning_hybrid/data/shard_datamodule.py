@@ -148,6 +148,15 @@ class ShardDataModule(pl.LightningDataModule):
 
     def load_share(self, rank: int, world_size: int) -> ResidentShards:
         """Worker ``rank`` of ``world_size``: check the quota, read its shards (timed), keep them."""
+        start = time.perf_counter()
+        share = self.read_share(rank, world_size)
+        self.load_seconds = time.perf_counter() - start
+        self._share = (rank, world_size)
+        return share
+
+    def read_share(self, rank: int, world_size: int) -> ResidentShards:
+        """The shards of worker ``rank`` of ``world_size`` (quota checked), without making them this
+        worker's own: what a worker that takes over a lost one's share reads (cNeural)."""
         store = ShardStore(self.hparams.train_store)
         if world_size > store.num_shards:
             raise ShardError(
@@ -155,10 +164,7 @@ class ShardDataModule(pl.LightningDataModule):
                 "repack with a smaller --shard-size or use fewer workers"
             )
         store.check_quota(self.quota_bytes, world_size)
-        start = time.perf_counter()
         x, y = store.load(assign_shards(store.num_shards, world_size, rank), threads=self.hparams.load_threads)
-        self.load_seconds = time.perf_counter() - start
-        self._share = (rank, world_size)
         return ResidentShards(x, y, self.hparams.mean, self.hparams.std)
 
     def _load_whole(self, root: str | None) -> ResidentShards | None:

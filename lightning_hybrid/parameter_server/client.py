@@ -31,6 +31,7 @@ class PullInfo:
     epoch_over: bool = False  # asked for the next batch, but the epoch has none left
     stop: bool = False  # the server has taken its max_steps steps
     live: int = 0  # the workers the server has not lost, a bit each (worker w: 1 << w)
+    adopt: int = 0  # batch mode: push the sum over these lost workers' shares (a bit each) before going on
 
 
 class ParameterServerClient:
@@ -74,7 +75,7 @@ class ParameterServerClient:
     def _receive_params(self, reply: Parameters, out: torch.Tensor) -> PullInfo:
         out.copy_(self._take(torch.float32, out.numel()))
         info = PullInfo(reply.version, reply.staleness, reply.gap, reply.max_gap, reply.global_syncs, stop=bool(reply.stop),
-                        live=reply.live)
+                        live=reply.live, adopt=reply.adopt)
         if reply.chunk > 0:
             info.chunk = self._take(torch.int64, reply.chunk).clone()
         info.epoch_over = reply.chunk < 0
@@ -89,6 +90,7 @@ class ParameterServerClient:
         weight: int = 1,
         read_version: int | None = None,
         batches: int = 1,
+        shares: int = 0,
     ) -> PullInfo:
         """Push a gradient; block until the server lets this worker go on; newest parameters into ``out``.
 
@@ -98,13 +100,15 @@ class ParameterServerClient:
         push a mean gradient with weight 1, or a sum over ``n`` samples with weight ``n``.
         ``read_version``: the server step of the parameters the gradient was computed at (default:
         the last parameters this worker received). ``batches``: the dealt batches the gradient was
-        computed on (the server deals them again if this worker is lost before pushing).
+        computed on (the server deals them again if this worker is lost before pushing). ``shares``:
+        batch mode, the lost workers' shares (a bit each) the sum covers, when the server asked for
+        them (``PullInfo.adopt``).
         """
         self.mailbox.grow(out.numel())
         lr_tensor = torch.tensor(list(lrs), dtype=torch.float64)
         want = -1 if next_chunk_of_epoch is None else next_chunk_of_epoch
         read = -1 if read_version is None else read_version
-        reply = self._request(Push(len(lrs), flat_grad.numel(), want, weight, read, batches), Parameters, [lr_tensor, flat_grad])
+        reply = self._request(Push(len(lrs), flat_grad.numel(), want, weight, read, batches, shares), Parameters, [lr_tensor, flat_grad])
         return self._receive_params(reply, out)
 
     def finish(self, out: torch.Tensor) -> PullInfo:

@@ -40,7 +40,7 @@ from lightning_hybrid.parameter_server.sync_controller import validate_staleness
 
 #: int64 slots of a header: the op code, up to :data:`MAX_FIELDS` fields, then the payload's bytes and
 #: whether the payload came in the same message (1) or follows in a message of its own (0).
-HEADER_LEN = 11
+HEADER_LEN = 12
 MAX_FIELDS = HEADER_LEN - 3
 TAG_REQUEST, TAG_REQUEST_PAYLOAD, TAG_REPLY, TAG_REPLY_PAYLOAD = 11, 12, 13, 14
 
@@ -113,6 +113,7 @@ class Push(Message):
     weight: int = 1
     read_version: int = -1  # the server step the gradient was computed at; -1: the last one sent
     batches: int = 1  # the dealt batches this gradient was computed on (gradient accumulation: several)
+    shares: int = 0  # batch mode: the lost workers' shares this sum covers, asked for by Parameters.adopt (0: own pass)
 
 
 @dataclass(frozen=True)
@@ -173,6 +174,7 @@ class Parameters(Message):
     chunk: int = 0
     stop: int = 0  # 1: the server has taken its max_steps steps; train no further
     live: int = 0  # the workers not lost, a bit each (worker w: 1 << w)
+    adopt: int = 0  # batch mode: not released yet; push the gradient sum over these lost workers' shares first
 
 
 @dataclass(frozen=True)
@@ -236,6 +238,8 @@ class ServerSettings:
         pushes_follow_workers: ``pushes_per_update`` is one per live worker (it drops when a worker is lost).
         on_worker_failure: ``"stop"``: a lost worker ends the server with an error; ``"continue"``: its
             unfinished batches go to the others and the run goes on without it.
+        batch_mode: each worker's push is the sum over its whole share of the data (cNeural); a lost
+            worker's share is then computed by its adopter (:mod:`~lightning_hybrid.parameter_server.adoption`).
     """
 
     host: str
@@ -252,6 +256,7 @@ class ServerSettings:
     step_patience: float = 0.0
     pushes_follow_workers: bool = False
     on_worker_failure: str = "stop"
+    batch_mode: bool = False
 
     def __post_init__(self) -> None:
         if self.workers < 1:

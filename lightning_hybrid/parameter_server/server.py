@@ -54,6 +54,7 @@ import torch
 
 from lightning_hybrid.comm.flat import flatten_in_place
 from lightning_hybrid.parameter_server import channel
+from lightning_hybrid.parameter_server.adoption import adopter, shares_of
 from lightning_hybrid.parameter_server.channel import Payload, WorkerLostError
 from lightning_hybrid.parameter_server.dispenser import ChunkDispenser
 from lightning_hybrid.parameter_server.protocol import (
@@ -86,7 +87,7 @@ class ParameterServer:
 
     def __init__(self, pg, num_workers: int, staleness: float, sync: str, rule: UpdateRule | None = None,
                  max_steps: int = -1, step_patience: float = 0.0, on_worker_failure: str = "stop",
-                 pushes_follow_workers: bool = False) -> None:
+                 pushes_follow_workers: bool = False, batch_mode: bool = False) -> None:
         self.inbox = channel.Inbox(pg, num_workers)
         self.num_workers = num_workers
         self.controller = SyncController(num_workers, staleness, sync)
@@ -105,6 +106,12 @@ class ParameterServer:
         self.pushes_follow_workers = pushes_follow_workers
         self.lost: set[int] = set()
         self._broken: dict[int, BaseException] = {}  # workers a reply could not reach
+        # Batch mode (each push a sum over a worker's whole share, one per pass):
+        self.batch_mode = batch_mode
+        self._pass_live = set(range(num_workers))  # the live workers as this pass began (their shares)
+        self._pushed_pass: set[int] = set()  # the workers whose pass sum arrived this pass
+        self._owed: dict[int, int] = {}  # lost worker -> the shares (a bit each) its missing pass covered
+        self._asked: dict[int, int] = {}  # lost worker -> the adopter asked for its owed shares
 
     # ---------------------------------------------------------------- replies
     def _reply(self, worker: int, message: Message, *payloads: torch.Tensor) -> None:
@@ -133,8 +140,11 @@ class ParameterServer:
             chunk = self._deal(worker, self._chunk_wanted.pop(worker))
             length = -1 if chunk is None else chunk.numel()
         reply = Parameters(self.version, self._last_staleness[worker], gap, c.max_gap, c.global_syncs, length,
-                           int(self.stopped), sum(1 << w for w in c.live))
+                           int(self.stopped), self._live_mask())
         self._reply(worker, reply, self._optimization(worker).flat_params, *([chunk] if chunk is not None else []))
+
+    def _live_mask(self) -> int:
+        return sum(1 << w for w in range(self.num_workers) if w not in self.lost)
 
     @property
     def stopped(self) -> bool:
@@ -199,6 +209,9 @@ class ParameterServer:
             )
         for group, lr in zip(opt.optimizer.param_groups, lrs.tolist()):
             group["lr"] = lr
+        if request.shares:  # a lost worker's shares of this pass, computed by its adopter
+            self._receive_owed(worker, request, grads)
+            return
         read = request.read_version if request.read_version >= 0 else self.read_version[worker]
         staleness = self.version - read
         if self.stopped:
@@ -216,7 +229,37 @@ class ParameterServer:
             self.dispenser.trained(worker, request.batches)
         if request.chunk_epoch >= 0:  # the worker's next batch travels with its parameters: no extra round trip
             self._chunk_wanted[worker] = request.chunk_epoch
+        self._pushed_pass.add(worker)
         self._apply(self.controller.push(worker), pusher=worker)
+        self._ask_to_adopt(worker)
+
+    # ---------------------------------------------------------------- batch mode: lost shares
+    def _adopter(self, lost: int) -> int:
+        return adopter(lost, set(range(self.num_workers)) - self.lost, self.num_workers)
+
+    def _ask_to_adopt(self, worker: int) -> None:
+        """If ``worker`` (waiting for its pass's round) adopts a lost worker's owed shares, ask it
+        for their gradient sum, at the parameters it holds: the reply names them in ``adopt``."""
+        if worker not in self.controller.held:
+            return
+        for lost, shares in self._owed.items():
+            if lost not in self._asked and self._adopter(lost) == worker:
+                self._asked[lost] = worker
+                c = self.controller
+                self._reply(worker, Parameters(self.version, 0, 0, c.max_gap, c.global_syncs, 0, int(self.stopped),
+                                               self._live_mask(), shares), self.opt.flat_params)
+                return
+
+    def _receive_owed(self, worker: int, request: Push, grads: torch.Tensor) -> None:
+        lost = next((w for w, asked in self._asked.items() if asked == worker and self._owed[w] == request.shares), None)
+        if lost is None:
+            raise RuntimeError(f"worker {worker} pushed the shares {request.shares:#x}, which nobody asked it for")
+        del self._owed[lost], self._asked[lost]
+        self.opt.round_sum += grads
+        self.opt.round_weight += request.weight
+        log.warning("worker %d computed the pass of lost worker %d (%d samples)", worker, lost, request.weight)
+        self._apply(self.controller.remove(lost))  # its pass is in: the round no longer waits for it
+        self._ask_to_adopt(worker)
 
     def handle_finish(self, worker: int, request: Finish, payload: Payload) -> None:
         self._optimization(worker)
@@ -234,6 +277,8 @@ class ParameterServer:
                 self._send_params(w, with_chunk=False)
             self.finished.clear()
             self.controller.new_epoch()
+            self._pass_live = set(self.controller.live)
+            self._pushed_pass.clear()
 
     def lose(self, worker: int, error: BaseException) -> None:
         """``worker``'s connection broke: with ``on_worker_failure="continue"`` go on without it
@@ -255,7 +300,15 @@ class ParameterServer:
         log.debug("worker %d: %s", worker, error.__cause__ or error)
         if self.pushes_follow_workers and not self.controller.bsp:
             self.rule.pushes_per_update = max(1, len(survivors))
-        self._apply(self.controller.remove(worker))
+        for lost in [w for w, asked in self._asked.items() if asked == worker]:
+            del self._asked[lost]  # it was computing them: its own adopter is asked instead
+        if self.batch_mode and worker in self.controller.active and worker not in self._pushed_pass:
+            # Its pass never arrived: the round waits for the shares it covered, from its adopter.
+            self._owed[worker] = sum(1 << r for r in shares_of(worker, self._pass_live, self.num_workers))
+        else:
+            self._apply(self.controller.remove(worker))
+        for w in sorted(self.controller.held):
+            self._ask_to_adopt(w)
         if not self.controller.bsp and self.rule.pending and self.rule.pending >= self.rule.pushes_per_update:
             self.opt.flat_grads.copy_(self.rule.take_average())  # the lost worker's share is no longer awaited
             self._step()
@@ -396,7 +449,8 @@ def run(settings: ServerSettings) -> None:
     pg = channel.open_channel(settings.host, settings.port, settings.prefix, 0, settings.workers + 1, settings.timeout)
     rule = UpdateRule(settings.pushes_per_update, settings.staleness_lr, settings.momentum_correction)
     ParameterServer(pg, settings.workers, settings.staleness, settings.sync, rule, settings.max_steps,
-                    settings.step_patience, settings.on_worker_failure, settings.pushes_follow_workers).serve()
+                    settings.step_patience, settings.on_worker_failure, settings.pushes_follow_workers,
+                    settings.batch_mode).serve()
     # Shut down: nothing is left to clean up, and a normal interpreter exit with the channel's
     # receive threads still blocked in gloo aborts ("terminate called without an active exception").
     logging.shutdown()

@@ -7,15 +7,24 @@ and pushes the sum once, at the pass's end.
 
 from __future__ import annotations
 
+import copy
+import logging
 import warnings
 from typing import Any
 
 import pytorch_lightning as pl
 import torch
-from pytorch_lightning.trainer.states import TrainerFn
+from pytorch_lightning.trainer.states import RunningStage, TrainerFn
+from pytorch_lightning.utilities.data import _update_dataloader
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from lightning_hybrid.comm.delayed_allreduce import learning_rates
+from lightning_hybrid.comm.regroup import live_ranks
+from lightning_hybrid.parameter_server.adoption import adopted_shares
+from lightning_hybrid.strategies.gradient_sum import gradient_sum
 from lightning_hybrid.strategies.parameter_server import ParameterServerStrategy
+
+log = logging.getLogger(__name__)
 
 
 class CNeuralStrategy(ParameterServerStrategy):
@@ -40,8 +49,18 @@ class CNeuralStrategy(ParameterServerStrategy):
     A ``"step"`` interval advances once per mini-batch while the pass makes one update, so the pass
     is applied at the rate of its last mini-batch; that is warned about when fitting starts.
 
+    With ``on_worker_failure="continue"`` a worker that dies does not end the run: its data share
+    goes to the next live worker after it (:mod:`~lightning_hybrid.parameter_server.adoption`). In
+    the pass it died in, the server holds the round and asks that worker for the share's gradient
+    sum at the pass's parameters (:mod:`~lightning_hybrid.strategies.gradient_sum`: ``training_step``
+    outside Lightning's loop, its ``self.log`` calls ignored); in later passes the adopter adds it to
+    its own. The share is the lost worker's part of Lightning's distributed split of the epoch, or,
+    with a datamodule that has ``read_share(rank, world_size)`` (:class:`~lightning_hybrid.data.ShardDataModule`),
+    its shards, read once and kept resident. Each pass is still full-batch gradient descent over
+    every sample.
+
     Args:
-        timeout, process_group_backend, processes_per_device: as for
+        timeout, on_worker_failure, process_group_backend, processes_per_device: as for
             :class:`~lightning_hybrid.strategies.parameter_server.ParameterServerStrategy`.
 
     Example::
@@ -65,18 +84,14 @@ class CNeuralStrategy(ParameterServerStrategy):
         **kwargs: Any,
     ) -> None:
         super().__init__(timeout, **kwargs)
-        if self.on_worker_failure == "continue":
-            raise ValueError(
-                "CNeuralStrategy(on_worker_failure='continue') is not supported yet: a lost worker's share of the pass "
-                "would be missing from that pass's update. Use 'stop' with per-epoch checkpoints and ckpt_path='last' "
-                "(the rerun resumes from the last completed pass)."
-            )
         self.staleness, self.sync = 0.0, "delay"  # the server collects one push per worker per pass
         # This pass's gradient sum (each mini-batch's gradient times its sample count).
         self._pass_grad: torch.Tensor | None = None
         self._pass_samples = 0
         self._step_samples = 0  # samples of the mini-batches since the last optimizer step
         self._pass_lrs: list[float] | None = None  # the learning rates in force at the pass's mini-batches
+        self._taken_over: set[int] = set()  # lost workers whose shares this worker computes
+        self._resident_shares: dict[int, Dataset] = {}  # their resident shards (ShardDataModule)
 
     def setup(self, trainer: pl.Trainer) -> None:
         super().setup(trainer)
@@ -110,10 +125,67 @@ class CNeuralStrategy(ParameterServerStrategy):
         self._epoch["iterations"] += 1
 
     def _before_sync(self) -> None:
-        """End of the pass: push the gradient sum once; the server steps once every worker has."""
+        """End of the pass: push the gradient sum once (with the shares of lost workers this worker
+        took over); the server steps once every worker's share is in. A worker lost during this pass
+        makes the server ask its adopter for its shares' sum before releasing anyone."""
         flat = self._pass_grad if self._pass_grad is not None else torch.zeros_like(self._flat)
+        samples = self._pass_samples
         # An epoch-interval scheduler has already moved the optimizer to the next epoch's rate.
         lrs = self._pass_lrs if self._pass_lrs is not None else learning_rates(self.optimizers[0])
-        self._note(self._timed(lambda: self.client.push(flat, lrs, self._flat, weight=self._pass_samples)))
+        adopted = adopted_shares(self.global_rank, self._members, self.num_workers)
+        if adopted:
+            extra, extra_samples = self._shares_sum(adopted)
+            flat, samples = flat + extra, samples + extra_samples
+        info = self._timed(lambda: self.client.push(flat, lrs, self._flat, weight=samples))
+        while info.adopt:  # a worker was lost during this pass: its shares are this worker's to compute
+            shares = info.adopt
+            extra, extra_samples = self._shares_sum(live_ranks(shares))
+            info = self._timed(lambda: self.client.push(extra, lrs, self._flat, weight=extra_samples, shares=shares))
+        self._note(info)
         self._pass_grad, self._pass_samples, self._step_samples, self._pass_lrs = None, 0, 0, None
         self._load_flat()
+
+    # ------------------------------------------------------------------ shares of lost workers
+    def _shares_sum(self, ranks: list[int]) -> tuple[torch.Tensor, int]:
+        """The gradient summed over the samples of workers ``ranks``' shares, at the parameters this
+        worker holds (those of the pass), and the number of samples."""
+        total, samples = torch.zeros_like(self._flat), 0
+        for rank in ranks:
+            if rank not in self._taken_over:
+                self._taken_over.add(rank)
+                log.warning("worker rank %d: took over the data share of lost worker %d", self.global_rank, rank)
+            grad, count = gradient_sum(self.lightning_module, self._params, self._share_loader(rank),
+                                       self.batch_to_device, self.precision_plugin.train_step_context)
+            total.add_(grad)
+            samples += count
+        return total, samples
+
+    def _share_loader(self, rank: int) -> DataLoader:
+        """Worker ``rank``'s training data this epoch (resident shards are read once and kept)."""
+        trainer = self.lightning_module.trainer
+        loader = trainer.train_dataloader
+        if not isinstance(loader, DataLoader):
+            raise RuntimeError(
+                "CNeuralStrategy(on_worker_failure='continue') takes over a lost worker's share from the training "
+                f"DataLoader, but the training data is a {type(loader).__name__}; return one DataLoader"
+            )
+        read_share = getattr(trainer.datamodule, "read_share", None)
+        if callable(read_share):  # resident shards (ShardDataModule): read the lost worker's shards once
+            if rank not in self._resident_shares:
+                self._resident_shares[rank] = read_share(rank, self.num_workers)
+            return DataLoader(self._resident_shares[rank], batch_size=loader.batch_size, collate_fn=loader.collate_fn)
+        sampler = loader.sampler
+        if isinstance(sampler, DistributedSampler) and sampler.num_replicas == self.num_workers:
+            theirs = copy.copy(sampler)  # this epoch's split, the lost worker's part of it
+            theirs.rank = rank
+            return _update_dataloader(loader, theirs, mode=RunningStage.TRAINING)
+        raise RuntimeError(
+            "CNeuralStrategy(on_worker_failure='continue') needs each worker's share to be Lightning's distributed "
+            f"split (use_distributed_sampler=True) or a datamodule with read_share(rank, world_size); the training "
+            f"sampler is a {type(sampler).__name__}"
+        )
+
+    def teardown(self) -> None:
+        self._taken_over.clear()
+        self._resident_shares.clear()
+        super().teardown()

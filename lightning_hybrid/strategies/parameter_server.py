@@ -90,6 +90,8 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
     #: Epoch figures are logged as ``<metrics_prefix>/worker{rank}/<name>`` for these names.
     metrics_prefix: ClassVar[str] = "ps"
     logged_stats: ClassVar[tuple[str, ...]] = tuple(WorkerEpochStats.__dataclass_fields__)
+    #: Each push is a sum over the worker's whole share of the data, one per pass (cNeural).
+    batch_mode: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -132,9 +134,13 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
 
     @property
     def distributed_sampler_kwargs(self) -> dict[str, Any]:
-        """Evaluation data split among the workers left (all of them unless one was lost)."""
+        """Evaluation data split among the workers left (all of them unless one was lost). Training
+        data keeps the split of all workers: a lost worker's batches are dealt again (SSP), or its
+        share is computed by its adopter (cNeural)."""
         members = self._members or list(range(self.num_workers))
-        if self.global_rank not in members:
+        module = self.lightning_module
+        training = module is not None and module._trainer is not None and module.trainer.training
+        if training or self.global_rank not in members:
             return super().distributed_sampler_kwargs
         return {"num_replicas": len(members), "rank": members.index(self.global_rank)}
 
@@ -197,7 +203,8 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
         settings = ServerSettings(
             host=str(env.main_address), port=int(env.main_port), prefix=f"lightning_hybrid/ps/{next(_SESSIONS)}/",
             workers=self.num_workers, staleness=self.staleness, sync=self.sync, timeout=self.timeout,
-            max_steps=self.max_steps, on_worker_failure=self.on_worker_failure, **self._update_rule(),
+            max_steps=self.max_steps, on_worker_failure=self.on_worker_failure, batch_mode=self.batch_mode,
+            **self._update_rule(),
         )
         self._channel_prefix = settings.prefix
         if self.global_rank == 0:
