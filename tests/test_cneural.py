@@ -15,7 +15,7 @@ import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
 
-from conftest import Zygote, alive, clean_env, run_train_script
+from conftest import Zygote, alive, clean_env, run_cli, run_train_script, shared_train_script
 from lightning_hybrid import CNeuralStrategy, SSPStrategy
 from lightning_hybrid.data import ShardDataModule, ShardError, pack
 from lightning_hybrid.models import MLP
@@ -208,6 +208,39 @@ def test_a_killed_run_resumes_from_its_last_epoch_and_loses_nothing(stores, tmp_
 
 
 @pytest.mark.multiprocess
+def test_validation_inside_a_pass_sees_the_pass_parameters_and_changes_nothing(tmp_path, tmp_path_factory):
+    """val_check_interval=0.5: each pass is validated halfway (at the parameters the pass started
+    with, the same on both workers) and after its update; the updates are those of a run that
+    validates only at epoch ends."""
+    setting = ("--strategy", "cneural", "--epochs", "2", "--lr", "0.5", "--samples", "256")
+    run_train_script(tmp_path, *setting, "--val-check-interval", "0.5")
+    records = [torch.load(tmp_path / f"validations_rank{r}.pt") for r in (0, 1)]
+    assert [epoch for epoch, _ in records[0]] == [0, 0, 1, 1] == [epoch for epoch, _ in records[1]]
+    for (_, mine), (_, theirs) in zip(*records):
+        assert torch.equal(mine, theirs)
+    params = [p for _, p in records[0]]  # halfway through pass 0, after it, halfway through pass 1, after it
+    assert torch.equal(params[1], params[2])  # nothing changes inside a pass
+    assert not torch.equal(params[0], params[1]) and not torch.equal(params[2], params[3])  # one update per pass
+    reference = shared_train_script(tmp_path_factory, *setting)
+    final, expected = torch.load(tmp_path / "rank0.pt"), torch.load(reference / "rank0.pt")
+    for name, value in expected.items():
+        torch.testing.assert_close(final[name], value, rtol=0, atol=0, msg=name)
+
+
+def test_validation_inside_a_pass_needs_shares_of_equal_length(stores, tmp_path):
+    """8 shards over 3 workers are shares of 3, 3 and 2 shards: the workers would reach a halfway
+    validation at different batches, which is refused with the numbers."""
+    proc = run_cli(
+        "experiment=gu2013_cneural", "strategy.fork_ranks=true", f"data.train_store={stores['train']}",
+        f"data.val_store={stores['test']}", "data.test_store=null", "data.batch_size=50", "model.hidden=[16]",
+        "trainer.devices=3", "allow_cpu_oversubscription=true", "trainer.max_epochs=1", "+trainer.val_check_interval=0.5",
+        "test=false",
+        "strategy.timeout=30", f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path, check=False, timeout=120,
+    )
+    assert proc.returncode != 0
+    assert "the workers' shares have [15, 15, 10] batches" in proc.stderr, proc.stderr[-3000:]
+
+
 def test_epoch_scheduler_sets_the_rate_of_the_pass_it_steps_after(tmp_path):
     """Lightning steps an epoch-interval scheduler after a pass's last batch, before the pass's update
     is pushed; the update must still use the rate in force during the pass (LR / 2**epoch here)."""

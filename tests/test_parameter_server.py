@@ -123,8 +123,8 @@ def test_bsp_averages_the_round_and_deals_static_chunks(server):
     c0.init(optimizer)
     shape = DatasetShape(num_samples=8, batch_size=2, seed=4)
     order = torch.randperm(8, generator=torch.Generator().manual_seed(4 + 0))
-    assert c1.next_chunk(0, shape).tolist() == order[2:4].tolist()  # worker 1's first chunk is chunk 1
-    assert c0.next_chunk(0, shape).tolist() == order[0:2].tolist()
+    assert c1.next_chunk(0, shape)[0].tolist() == order[2:4].tolist()  # worker 1's first chunk is chunk 1
+    assert c0.next_chunk(0, shape)[0].tolist() == order[0:2].tolist()
     out0, out1 = torch.empty(4), torch.empty(4)
     g0, g1 = torch.ones(4), torch.full((4,), 3.0)
     thread, _ = push_in_thread(c0, g0, out0)
@@ -149,7 +149,7 @@ def test_next_batch_travels_with_the_parameters(server):
     c0.init(optimizer)
     shape = DatasetShape(num_samples=6, batch_size=2, seed=1)
     order = torch.randperm(6, generator=torch.Generator().manual_seed(1 + 3)).tolist()
-    assert c0.next_chunk(3, shape).tolist() == order[0:2]  # the first request of epoch 3 starts it
+    assert c0.next_chunk(3, shape)[0].tolist() == order[0:2]  # the first request of epoch 3 starts it
     out = torch.empty(4)
     info = c0.push(torch.zeros(4), [0.1], out, next_chunk_of_epoch=3)
     assert info.chunk.tolist() == order[2:4] and not info.epoch_over

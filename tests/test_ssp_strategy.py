@@ -77,6 +77,24 @@ def test_overfit_batches_repeats_the_same_batches(tmp_path):
         assert sorted(indices) == list(range(2 * 2 * 16)), f"epoch {epoch}: the first 2 batches of each worker"
 
 
+@pytest.mark.parametrize("staleness, interval, per_epoch", [("3", "0.25", 5), ("3", "3", 4), ("0", "0.25", 5)])
+def test_val_check_interval_validates_at_global_syncs(tmp_path, staleness, interval, per_epoch):
+    """Mid-epoch validation: the server cuts each epoch into segments (DDP's validation points: a
+    quarter of each worker's 10 batches is 2, so every 4 of the 20 batches; or every 3 batches per
+    worker, 6 of the 20, plus the epoch's end), and all workers meet there holding its parameters."""
+    run_train_script(tmp_path, "--strategy", "ssp", "--staleness", staleness, "--samples", "320", "--epochs", "2",
+                     "--val-check-interval", interval, "--limit-val-batches", "2")
+    records = [load(tmp_path / f"validations_rank{r}.pt") for r in (0, 1)]
+    assert [epoch for epoch, _ in records[0]] == [0] * per_epoch + [1] * per_epoch
+    assert [epoch for epoch, _ in records[1]] == [0] * per_epoch + [1] * per_epoch
+    for (_, mine), (_, theirs) in zip(*records):
+        assert torch.equal(mine, theirs)  # a global sync: both hold the server's parameters
+    assert all(not torch.equal(a, b) for (_, a), (_, b) in zip(records[0], records[0][1:]))  # trained in between
+    seen = [load(tmp_path / f"indices_rank{r}.pt") for r in (0, 1)]
+    for epoch in (0, 1):
+        assert sorted(seen[0][epoch] + seen[1][epoch]) == list(range(320)), f"epoch {epoch}: every sample once"
+
+
 @pytest.mark.parametrize("strategy", ["ssp", "cneural"])
 def test_step_level_sync_dist_is_refused_not_silently_local(tmp_path, strategy):
     proc = run_train_script(tmp_path, "--strategy", strategy, "--log-step-sync", "--epochs", "1", "--timeout", "20",
@@ -164,7 +182,8 @@ def tiny_fit(**trainer_kwargs):
     "kwargs, match",
     [
         (dict(devices=1), "at least two workers"),
-        (dict(val_check_interval=0.5), "val_check_interval"),
+        (dict(val_check_interval="00:00:00:05"), "time-based val_check_interval"),
+        (dict(val_check_interval=3, check_val_every_n_epoch=None), "check_val_every_n_epoch=None"),
         (dict(limit_train_batches=0.5), "limit_train_batches"),
         (dict(callbacks=[pl.callbacks.ModelCheckpoint(every_n_train_steps=5)], enable_checkpointing=True), "every_n_train_steps"),
     ],

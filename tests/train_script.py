@@ -121,6 +121,20 @@ class TrainedBatches(pl.Callback):
             f.write(line)
 
 
+class ValidationRecord(pl.Callback):
+    """Records, at each validation of a fit, the epoch and the model's parameters (validations_rank{r}.pt)."""
+
+    def __init__(self, out: Path) -> None:
+        self.out, self.records = out, []
+
+    def on_validation_start(self, trainer, pl_module):
+        if trainer.state.fn == "fit":
+            self.records.append((trainer.current_epoch, torch.cat([p.detach().flatten() for p in pl_module.parameters()])))
+
+    def on_fit_end(self, trainer, pl_module):
+        torch.save(self.records, self.out / f"validations_rank{trainer.global_rank}.pt")
+
+
 class PidFiles(pl.Callback):
     """Writes each rank's pid (pid_rank{r}) and the parameter server's (pid_server) into a folder."""
 
@@ -178,6 +192,8 @@ def main() -> None:
     parser.add_argument("--overfit-batches", type=int, default=0, help="overfit_batches")
     parser.add_argument("--fast-dev-run", action="store_true", help="fast_dev_run=True")
     parser.add_argument("--check-val-every", type=int, default=1, help="check_val_every_n_epoch")
+    parser.add_argument("--val-check-interval", default="1.0", help="val_check_interval (a fraction, or batches)")
+    parser.add_argument("--limit-val-batches", type=int, default=1)
     parser.add_argument("--log-step-sync", action="store_true", help="self.log(on_step=True, sync_dist=True) each step")
     parser.add_argument("--scheduler", action="store_true", help="StepLR(step_size=1, gamma=0.5) per epoch")
     parser.add_argument("--delay", type=int, default=1, help="AllReduceASGDStrategy delay")
@@ -237,6 +253,8 @@ def main() -> None:
         callbacks.append(KillAt(args.kill_rank, args.kill_step, args.out, args.kill_epoch))
     if args.record_batches:
         callbacks.append(TrainedBatches(args.out))
+    callbacks.append(ValidationRecord(args.out))
+    val_check_interval = float(args.val_check_interval) if "." in args.val_check_interval else int(args.val_check_interval)
     if args.kill_server_step is not None:
         callbacks.append(KillServerAt(args.kill_server_step, args.out))
     if args.oom_rank is not None:
@@ -253,9 +271,9 @@ def main() -> None:
         max_epochs=args.epochs,
         max_steps=args.max_steps, logger=False,
         enable_checkpointing=bool(args.checkpoint_dir), enable_progress_bar=False, enable_model_summary=False,
-        callbacks=callbacks, num_sanity_val_steps=0, limit_val_batches=1, gradient_clip_val=args.clip,
+        callbacks=callbacks, num_sanity_val_steps=0, limit_val_batches=args.limit_val_batches, gradient_clip_val=args.clip,
         accumulate_grad_batches=args.accumulate, precision=args.precision, overfit_batches=args.overfit_batches,
-        fast_dev_run=args.fast_dev_run, check_val_every_n_epoch=args.check_val_every,
+        fast_dev_run=args.fast_dev_run, check_val_every_n_epoch=args.check_val_every, val_check_interval=val_check_interval,
     )
     data = IndexedData(args.batch_size, args.samples, args.noise, args.test_samples)
     trainer.fit(module, datamodule=data, ckpt_path=args.resume)

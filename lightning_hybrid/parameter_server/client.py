@@ -28,6 +28,7 @@ class PullInfo:
     max_gap: int
     global_syncs: int
     chunk: torch.Tensor | None = None  # the next batch's sample indices, when one was asked for and dealt
+    chunk_segment: int = 0  # the epoch's segment that batch belongs to
     epoch_over: bool = False  # asked for the next batch, but the epoch has none left
     stop: bool = False  # the server has taken its max_steps steps
     live: int = 0  # the workers the server has not lost, a bit each (worker w: 1 << w)
@@ -67,10 +68,11 @@ class ParameterServerClient:
         data = channel.to_bytes({"optimizer": optimizer})
         return self._request(Init(data.numel()), Initialized, [data]).num_params
 
-    def next_chunk(self, epoch: int, dataset: DatasetShape) -> torch.Tensor | None:
-        """The next sample indices to train on this epoch, or None when the epoch is done."""
+    def next_chunk(self, epoch: int, dataset: DatasetShape) -> tuple[torch.Tensor, int] | None:
+        """The next sample indices to train on this epoch and the epoch's segment they belong to,
+        or None when the epoch is done."""
         reply = self._request(NextChunk.of(epoch, dataset), Chunk)
-        return self._take(torch.int64, reply.length).clone() if reply.length else None
+        return (self._take(torch.int64, reply.length).clone(), reply.segment) if reply.length else None
 
     def _receive_params(self, reply: Parameters, out: torch.Tensor) -> PullInfo:
         out.copy_(self._take(torch.float32, out.numel()))
@@ -78,6 +80,7 @@ class ParameterServerClient:
                         live=reply.live, adopt=reply.adopt)
         if reply.chunk > 0:
             info.chunk = self._take(torch.int64, reply.chunk).clone()
+            info.chunk_segment = reply.chunk_segment
         info.epoch_over = reply.chunk < 0
         return info
 

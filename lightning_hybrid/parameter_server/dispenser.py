@@ -8,6 +8,27 @@ from collections import deque
 import torch
 
 
+def chunks_per_epoch(num_samples: int, batch_size: int, drop_last: bool = False, max_chunks: int | None = None) -> int:
+    """Batches of ``batch_size`` in an epoch of ``num_samples`` (the last one short unless
+    ``drop_last``), at most ``max_chunks``."""
+    per_epoch = num_samples // batch_size if drop_last else math.ceil(num_samples / batch_size)
+    return per_epoch if max_chunks is None else min(per_epoch, max_chunks)
+
+
+def segment_chunks(val_check_interval: int | float, num_chunks: int, workers: int) -> int:
+    """Chunks per segment of an epoch of ``num_chunks`` for Lightning's ``val_check_interval``, as
+    DDP with ``workers`` ranks validates: a fraction of each rank's batches, or every N batches of
+    each rank; 0 when the epoch is one segment (validation at its end only)."""
+    if isinstance(val_check_interval, float):
+        if val_check_interval >= 1.0:
+            return 0
+        per_worker = math.ceil(num_chunks / workers)
+        segment = max(1, int(per_worker * val_check_interval)) * workers
+    else:
+        segment = int(val_check_interval) * workers
+    return segment if segment < num_chunks else 0
+
+
 class ChunkDispenser:
     """Deals an epoch's shuffled sample indices out in batch-sized chunks.
 
@@ -20,6 +41,9 @@ class ChunkDispenser:
 
     ``max_chunks`` caps the chunks per epoch (Lightning's ``limit_train_batches`` times workers);
     ``shuffle=False`` deals ``0, 1, 2, ...`` in order every epoch (a sequential sampler, ``overfit_batches``).
+    ``segment_chunks`` cuts the epoch into segments of that many chunks (:meth:`segment_of`), with a
+    global synchronization between them (mid-epoch validation); a worker dealt a chunk of a later
+    segment than the one it trains in synchronizes before training it.
 
     A worker *holds* the chunks dealt to it until it reports them trained (:meth:`trained`). When a
     worker is lost (:meth:`lose`), the chunks it held are dealt again, to whoever asks first, before
@@ -47,15 +71,17 @@ class ChunkDispenser:
         dynamic: bool = True,
         max_chunks: int | None = None,
         shuffle: bool = True,
+        segment_chunks: int = 0,
     ) -> None:
         if num_samples < 1 or batch_size < 1:
             raise ValueError(f"need samples and a batch size, got {num_samples} samples, batch size {batch_size}")
         self.num_samples, self.batch_size, self.num_workers = num_samples, batch_size, num_workers
         self.seed, self.dynamic, self.shuffle = seed, dynamic, shuffle
-        per_epoch = num_samples // batch_size if drop_last else math.ceil(num_samples / batch_size)
-        self.num_chunks = per_epoch if max_chunks is None else min(per_epoch, max_chunks)
+        self.num_chunks = chunks_per_epoch(num_samples, batch_size, drop_last, max_chunks)
+        self.segment_chunks = segment_chunks
         self.epoch: int | None = None
         self.members = list(range(num_workers))  # the workers not lost, in rank order
+        self.last_segment = 0  # the segment of the chunk dealt last
         self._held: dict[int, deque[int]] = {}
 
     def lose(self, worker: int) -> int:
@@ -70,6 +96,10 @@ class ChunkDispenser:
             dealt = {i for chunks in self._held.values() for i in chunks} | self._trained
             self._undealt = deque(i for i in range(self.num_chunks) if i not in dealt and i not in held)
             self._dynamic_now = True
+        last = self.num_chunks - 1
+        if last in held and self._undealt:  # the epoch's last chunk may be short: dealt last, it ends a worker's epoch
+            held.remove(last)
+            self._undealt.append(last)
         self._again.extend(held)
         return len(held)
 
@@ -113,4 +143,9 @@ class ChunkDispenser:
             return None
         self._taken[worker] += 1
         self._held[worker].append(index)
+        self.last_segment = self.segment_of(index)
         return self._order[index * self.batch_size : (index + 1) * self.batch_size]
+
+    def segment_of(self, index: int) -> int:
+        """The epoch's segment chunk ``index`` belongs to (0 without segments)."""
+        return index // self.segment_chunks if self.segment_chunks > 0 else 0

@@ -40,7 +40,7 @@ from lightning_hybrid.parameter_server.sync_controller import validate_staleness
 
 #: int64 slots of a header: the op code, up to :data:`MAX_FIELDS` fields, then the payload's bytes and
 #: whether the payload came in the same message (1) or follows in a message of its own (0).
-HEADER_LEN = 12
+HEADER_LEN = 13
 MAX_FIELDS = HEADER_LEN - 3
 TAG_REQUEST, TAG_REQUEST_PAYLOAD, TAG_REPLY, TAG_REPLY_PAYLOAD = 11, 12, 13, 14
 
@@ -64,7 +64,9 @@ class Init(Message):
 @dataclass(frozen=True)
 class DatasetShape:
     """What the server needs to deal an epoch: sizes, the shuffle seed (or no shuffle: the training
-    DataLoader's sampler was sequential, as ``overfit_batches`` makes it), a cap on batches."""
+    DataLoader's sampler was sequential, as ``overfit_batches`` makes it), a cap on batches, and
+    the epoch's segments: ``segment_chunks`` batches each, with a global synchronization between
+    them (``val_check_interval``; 0: the epoch is one segment)."""
 
     num_samples: int
     batch_size: int
@@ -72,6 +74,7 @@ class DatasetShape:
     max_chunks: int | None = None
     seed: int = 0
     shuffle: bool = True
+    segment_chunks: int = 0
 
 
 @dataclass(frozen=True)
@@ -86,16 +89,19 @@ class NextChunk(Message):
     max_chunks: int  # -1: no cap
     seed: int
     shuffle: int
+    segment_chunks: int = 0
 
     @classmethod
     def of(cls, epoch: int, dataset: DatasetShape) -> NextChunk:
         cap = -1 if dataset.max_chunks is None else dataset.max_chunks
-        return cls(epoch, dataset.num_samples, dataset.batch_size, int(dataset.drop_last), cap, dataset.seed, int(dataset.shuffle))
+        return cls(epoch, dataset.num_samples, dataset.batch_size, int(dataset.drop_last), cap, dataset.seed,
+                   int(dataset.shuffle), dataset.segment_chunks)
 
     @property
     def dataset(self) -> DatasetShape:
         cap = None if self.max_chunks < 0 else self.max_chunks
-        return DatasetShape(self.num_samples, self.batch_size, bool(self.drop_last), cap, self.seed, bool(self.shuffle))
+        return DatasetShape(self.num_samples, self.batch_size, bool(self.drop_last), cap, self.seed, bool(self.shuffle),
+                            self.segment_chunks)
 
 
 @dataclass(frozen=True)
@@ -152,10 +158,12 @@ class Initialized(Message):
 
 @dataclass(frozen=True)
 class Chunk(Message):
-    """``length`` sample indices follow (int64); 0: the epoch has no batch left for this worker."""
+    """``length`` sample indices follow (int64); 0: the epoch has no batch left for this worker.
+    ``segment``: the epoch's segment the batch belongs to (see :class:`DatasetShape`)."""
 
     op: ClassVar[int] = 9
     length: int
+    segment: int = 0
 
 
 @dataclass(frozen=True)
@@ -175,6 +183,7 @@ class Parameters(Message):
     stop: int = 0  # 1: the server has taken its max_steps steps; train no further
     live: int = 0  # the workers not lost, a bit each (worker w: 1 << w)
     adopt: int = 0  # batch mode: not released yet; push the gradient sum over these lost workers' shares first
+    chunk_segment: int = 0  # the epoch's segment the batch that follows belongs to
 
 
 @dataclass(frozen=True)

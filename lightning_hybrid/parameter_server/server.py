@@ -139,8 +139,9 @@ class ParameterServer:
         if with_chunk and worker in self._chunk_wanted:
             chunk = self._deal(worker, self._chunk_wanted.pop(worker))
             length = -1 if chunk is None else chunk.numel()
+        segment = self.dispenser.last_segment if chunk is not None else 0
         reply = Parameters(self.version, self._last_staleness[worker], gap, c.max_gap, c.global_syncs, length,
-                           int(self.stopped), self._live_mask())
+                           int(self.stopped), self._live_mask(), chunk_segment=segment)
         self._reply(worker, reply, self._optimization(worker).flat_params, *([chunk] if chunk is not None else []))
 
     def _live_mask(self) -> int:
@@ -185,6 +186,7 @@ class ParameterServer:
             self.dispenser = ChunkDispenser(
                 shape.num_samples, shape.batch_size, self.num_workers, seed=shape.seed, drop_last=shape.drop_last,
                 dynamic=not self.controller.bsp, max_chunks=shape.max_chunks, shuffle=shape.shuffle,
+                segment_chunks=shape.segment_chunks,
             )
         # Workers move to a new epoch together (after its global synchronization). A request for a
         # later epoch starts it; one for an earlier epoch comes from an iterator Lightning abandons
@@ -195,7 +197,7 @@ class ParameterServer:
         if chunk is None:
             self._reply(worker, Chunk(0))
         else:
-            self._reply(worker, Chunk(chunk.numel()), chunk)
+            self._reply(worker, Chunk(chunk.numel(), self.dispenser.last_segment), chunk)
 
     def handle_push(self, worker: int, request: Push, payload: Payload) -> None:
         self.waits.pushed(worker, time.monotonic())

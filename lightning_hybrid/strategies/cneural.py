@@ -18,6 +18,7 @@ from pytorch_lightning.trainer.states import RunningStage, TrainerFn
 from pytorch_lightning.utilities.data import _update_dataloader
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
+from lightning_hybrid.comm.collectives import all_gather
 from lightning_hybrid.comm.delayed_allreduce import learning_rates
 from lightning_hybrid.comm.regroup import live_ranks
 from lightning_hybrid.parameter_server.adoption import adopted_shares
@@ -48,6 +49,10 @@ class CNeuralStrategy(ParameterServerStrategy):
     next epoch when the pass ends: ``interval: "epoch"`` means "per update", as the user means it.
     A ``"step"`` interval advances once per mini-batch while the pass makes one update, so the pass
     is applied at the rate of its last mini-batch; that is warned about when fitting starts.
+
+    Validation inside a pass (``val_check_interval`` < 1.0) needs no exchange: every worker holds
+    the parameters the pass started with until its end. The workers must reach it at the same
+    batch (shares of equal length; checked when training starts).
 
     With ``on_worker_failure="continue"`` a worker that dies does not end the run: its data share
     goes to the next live worker after it (:mod:`~lightning_hybrid.parameter_server.adoption`). In
@@ -109,6 +114,40 @@ class CNeuralStrategy(ParameterServerStrategy):
                 "its last mini-batch. Return the scheduler with interval 'epoch' to change the rate per update.",
                 UserWarning, stacklevel=2,
             )
+
+    # ------------------------------------------------------------------ mid-pass validation
+    def check_val_check_interval(self, trainer: pl.Trainer) -> None:
+        """Validation inside a pass is possible: every worker holds the pass's parameters all along.
+        A time-based interval is not (workers would reach it at different batches)."""
+        if getattr(trainer, "_val_check_time_interval", None) is not None:
+            raise ValueError(
+                "CNeuralStrategy validates inside a pass when every worker reaches the same batch index; a time-based "
+                "val_check_interval has no such point. Give it as a fraction of the epoch or a number of batches."
+            )
+
+    def on_sync_start(self, trainer: pl.Trainer) -> None:
+        super().on_sync_start(trainer)
+        if trainer.val_check_interval == 1.0 and trainer.check_val_every_n_epoch is not None:
+            return
+        counts = [int(t.item()) for t in all_gather(torch.tensor([float(trainer.num_training_batches)]))]
+        if len(set(counts)) > 1:
+            raise ValueError(
+                f"CNeuralStrategy validates inside a pass (val_check_interval={trainer.val_check_interval}) when every "
+                f"worker reaches the same batch, but the workers' shares have {counts} batches. Use shares of equal "
+                "size (Lightning's distributed sampler, or as many shards per worker), or val_check_interval=1.0."
+            )
+
+    def sync_before_validation(self) -> None:
+        """Inside a pass nothing is exchanged: the parameters are the pass's on every worker."""
+        if not self._inside_pass():
+            self.sync_point()
+
+    def _inside_pass(self) -> bool:
+        trainer = self.lightning_module.trainer
+        return self._async and not trainer.fit_loop.epoch_loop.batch_progress.is_last_batch
+
+    def _workers_meet(self) -> bool:
+        return super()._workers_meet() or self.lightning_module.trainer.validating
 
     def _count_samples(self, samples: int) -> None:
         super()._count_samples(samples)

@@ -26,8 +26,9 @@ from lightning_hybrid.strategies.process_watch import CHILD_GRACE_S, LAUNCHER_PI
 
 class SyncPoints(Callback):
     """Calls a strategy at the points where Lightning reads, saves or reduces the model:
-    ``strategy.on_sync_start(trainer)`` when training starts, ``strategy.sync_point()`` before
-    validation during fitting and at the end of each training epoch (before checkpoints are
+    ``strategy.on_sync_start(trainer)`` when training starts, ``strategy.sync_before_validation()``
+    (by default ``sync_point()``) before validation during fitting, ``strategy.sync_point()`` at the
+    end of each training epoch (before checkpoints are
     written), then ``strategy.after_epoch_sync(pl_module)``, and ``strategy.on_sync_end()`` when
     fitting ends. Strategies whose ranks drift apart or hold pending work settle it in ``sync_point``."""
 
@@ -50,7 +51,7 @@ class SyncPoints(Callback):
 
         def setup_data_after_sync_point() -> None:
             if not trainer.sanity_checking:
-                self.strategy.sync_point()
+                self.strategy.sync_before_validation()
             setup_data()
 
         setup_data_after_sync_point.after_sync_point = True
@@ -329,6 +330,10 @@ class UnwrappedDDPStrategy(CheckedDDPStrategy):
 
     def sync_point(self) -> None:
         """Before validation and at each training epoch's end."""
+
+    def sync_before_validation(self) -> None:
+        """Before a validation during fitting (default: :meth:`sync_point`)."""
+        self.sync_point()
 
     def after_epoch_sync(self, pl_module: pl.LightningModule) -> None:
         """After the epoch's sync."""

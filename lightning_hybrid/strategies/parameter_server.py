@@ -158,13 +158,17 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
                 f"{self.num_workers}; set devices={max(self.min_workers, 2)} or more (CPU: each device is one worker process)."
             )
         common.refuse_manual_optimization(name, model, "the server runs the optimizer step")
-        if trainer.val_check_interval != 1.0:
-            raise ValueError(
-                f"{name} validates at the end of each epoch only (a global sync point); got "
-                f"val_check_interval={trainer.val_check_interval}. Use check_val_every_n_epoch instead."
-            )
+        self.check_val_check_interval(trainer)
         common.refuse_mid_epoch_checkpoints(name, trainer)
         common.refuse_grad_scaler(name, self.precision_plugin)
+
+    def check_val_check_interval(self, trainer: pl.Trainer) -> None:
+        """Refuse a ``val_check_interval`` this strategy has no global sync point for."""
+        if trainer.val_check_interval != 1.0:
+            raise ValueError(
+                f"{type(self).__name__} validates at the end of each epoch only (a global sync point); got "
+                f"val_check_interval={trainer.val_check_interval}. Use check_val_every_n_epoch instead."
+            )
 
     # ------------------------------------------------------------------ setup
     def setup(self, trainer: pl.Trainer) -> None:
@@ -390,8 +394,12 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
         self._server = None
 
     # ------------------------------------------------------------------ Lightning's collectives
+    def _workers_meet(self) -> bool:
+        """Whether every worker reaches Lightning's collectives now (not: between sync points)."""
+        return not self._async
+
     def reduce(self, tensor: Any, group: Any = None, reduce_op: Any = "mean") -> Any:
-        if self._async:
+        if not self._workers_meet():
             # Between sync points the workers are at different steps: there is no collective every
             # worker reaches, and a reduction that silently stayed local would log a wrong number.
             raise RuntimeError(
@@ -404,7 +412,7 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
         return super().reduce(tensor, group=group, reduce_op=reduce_op)
 
     def barrier(self, name: str | None = None) -> None:
-        if not self._async:
+        if self._workers_meet():
             super().barrier(name)
 
     def teardown(self) -> None:

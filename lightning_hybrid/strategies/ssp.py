@@ -8,6 +8,7 @@ an optimizer step that pushes the gradient and pulls the newest parameters.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import math
 import os
@@ -24,6 +25,7 @@ from pytorch_lightning.utilities.data import _update_dataloader
 from torch.utils.data import DataLoader, Sampler, SequentialSampler
 
 from lightning_hybrid.parameter_server.client import PullInfo
+from lightning_hybrid.parameter_server.dispenser import chunks_per_epoch, segment_chunks
 from lightning_hybrid.parameter_server.protocol import DatasetShape
 from lightning_hybrid.parameter_server.sync_controller import validate_staleness
 from lightning_hybrid.parameter_server.update_rule import UpdateRule
@@ -53,7 +55,8 @@ class ServerSampler(Sampler[int]):
         epoch = self.strategy.lightning_module.trainer.fit_loop.epoch_progress.current.processed
         self.strategy._start_data_epoch(epoch)
         while (chunk := self.strategy._next_chunk(epoch)) is not None:
-            yield from chunk.tolist()
+            self.strategy._yielded(chunk)
+            yield from chunk[0].tolist()
 
 
 class SSPStrategy(ParameterServerStrategy):
@@ -104,13 +107,15 @@ class SSPStrategy(ParameterServerStrategy):
     * The learning-rate schedulers run on each worker as usual and the server applies the pushing
       worker's current learning rates; the optimizer state (momentum, Adam moments) is the server's
       and lands in checkpoints at each sync point. Resuming from such a checkpoint continues the run.
+    * Mid-epoch validation (``val_check_interval``: a fraction of each worker's share of the epoch,
+      or N batches per worker, as under DDP): the server cuts each epoch into segments of that many
+      batches of all workers, with a global sync between them; validation runs there.
     * ``max_steps`` counts the server's optimizer steps (``fast_dev_run`` too: one step);
       ``overfit_batches`` (any sequential sampler) deals the same batches, in order, every epoch.
     * Not supported (a clear error before workers start): manual optimization, several
-      optimizers, mid-epoch validation (``val_check_interval`` other than 1.0: workers are at
-      different batches, there is no global point inside an epoch), step- or time-based
-      checkpointing, fractional ``limit_train_batches``, fp16 with a gradient scaler, fewer than
-      two workers.
+      optimizers, a time-based ``val_check_interval``, step- or time-based checkpointing (the
+      workers' step counts differ: there is no global step N), fractional ``limit_train_batches``,
+      fp16 with a gradient scaler, fewer than two workers.
     * BatchNorm-style buffers stay per worker during an epoch and are broadcast from worker 0 at
       the epoch's synchronization.
 
@@ -172,11 +177,16 @@ class SSPStrategy(ParameterServerStrategy):
         self._in_flight: Future[PullInfo] | None = None
         self.dataset_shape: DatasetShape | None = None
         # Batches the server sent along with parameters, not yet handed to the DataLoader.
-        self._dealt: deque[torch.Tensor] = deque()
+        self._dealt: deque[tuple[torch.Tensor, int]] = deque()  # (indices, the epoch's segment they belong to)
         self._dealt_epoch: int | None = None
         self._data_epoch_over = False
         self._limit_train_batches: int | float = 1.0
         self._batches_since_push = 0  # the dealt batches the next push's gradient covers
+        self._val_check_interval: int | float = 1.0  # the user's; Lightning sees 1.0 (the epoch's length is unknown)
+        self._segment = 0  # the segment of the epoch this worker trains in
+        self._handed_out = 0  # batches of this epoch handed to the DataLoader
+        self._sync_before: int | None = None  # the first batch of the next segment (sync before training it)
+        self._segment_sync = False  # the last sync point was a segment's, not the epoch's end
 
     def _update_rule(self) -> dict[str, Any]:
         return {
@@ -189,6 +199,22 @@ class SSPStrategy(ParameterServerStrategy):
         }
 
     # ------------------------------------------------------------------ checks and setup
+    def check_val_check_interval(self, trainer: pl.Trainer) -> None:
+        """Mid-epoch validation works: the server cuts the epoch into segments with a global sync
+        between them. A time-based interval has no such point (workers would reach it at different
+        batches)."""
+        if getattr(trainer, "_val_check_time_interval", None) is not None:
+            raise ValueError(
+                "SSPStrategy validates at global sync points the server places between the epoch's batches; a time-based "
+                "val_check_interval has none (the workers reach a time at different batches). Give val_check_interval as "
+                "a fraction of the epoch or a number of batches per worker."
+            )
+        if trainer.val_check_interval != 1.0 and trainer.check_val_every_n_epoch is None:
+            raise ValueError(
+                "SSPStrategy places mid-epoch validation within each epoch; check_val_every_n_epoch=None (validation "
+                "counted over all epochs' batches) has no such point. Set check_val_every_n_epoch=1."
+            )
+
     def check_trainer(self, trainer: pl.Trainer, model: pl.LightningModule | None) -> None:
         super().check_trainer(trainer, model)
         limit = trainer.limit_train_batches
@@ -206,6 +232,19 @@ class SSPStrategy(ParameterServerStrategy):
         # that it ends, and validates, when the server's data runs out.
         self._limit_train_batches = trainer.limit_train_batches
         trainer.limit_train_batches = 1.0
+        # Mid-epoch validation at the server's segment syncs (Lightning would refuse a fractional
+        # interval for an epoch of unknown length; the strategy tells it when a segment ended).
+        self._val_check_interval, trainer.val_check_interval = trainer.val_check_interval, 1.0
+        epoch_loop = trainer.fit_loop.epoch_loop
+        if not getattr(epoch_loop._should_check_val_fx, "segment_syncs", False):
+            should_check_val = epoch_loop._should_check_val_fx
+
+            def should_check_val_or_segment_ended(data_fetcher: Any) -> bool:
+                ended = self._segment_ended(epoch_loop.batch_idx)
+                return should_check_val(data_fetcher) or (ended and epoch_loop._should_check_val_epoch())
+
+            should_check_val_or_segment_ended.segment_syncs = True
+            epoch_loop._should_check_val_fx = should_check_val_or_segment_ended
         if self.overlap and self.staleness > 0:
             self._comm = ThreadPoolExecutor(1, thread_name_prefix="ssp-push")
 
@@ -227,14 +266,36 @@ class SSPStrategy(ParameterServerStrategy):
             # same batches every epoch, as under DDP.
             shuffle=not isinstance(dataloader.sampler, SequentialSampler) and getattr(dataloader.sampler, "shuffle", True),
         )
+        num_chunks = chunks_per_epoch(len(dataloader.dataset), dataloader.batch_size, dataloader.drop_last,
+                                      self.dataset_shape.max_chunks)
+        segment = segment_chunks(self._val_check_interval, num_chunks, self.num_workers)
+        self.dataset_shape = dataclasses.replace(self.dataset_shape, segment_chunks=segment)
         return _update_dataloader(dataloader, ServerSampler(self), mode=RunningStage.TRAINING)
 
     def _start_data_epoch(self, epoch: int) -> None:
         if epoch != self._dealt_epoch:
             self._dealt.clear()
             self._dealt_epoch, self._data_epoch_over = epoch, False
+            self._segment, self._handed_out, self._sync_before = 0, 0, None
 
-    def _next_chunk(self, epoch: int) -> torch.Tensor | None:
+    def _yielded(self, chunk: tuple[torch.Tensor, int]) -> None:
+        """A batch goes to the DataLoader: if it is the first of a later segment, sync before it."""
+        if chunk[1] > self._segment and self._sync_before is None:
+            self._sync_before = self._handed_out
+        self._handed_out += 1
+
+    def _segment_ended(self, batch_idx: int) -> bool:
+        """After training batch ``batch_idx``: if the next is the first of the next segment, meet the
+        other workers at the server now (validation or not) and say so."""
+        if self._sync_before is None or batch_idx + 1 < self._sync_before:
+            return False
+        self._segment_sync = True
+        self.sync_point()
+        self._segment += 1
+        self._sync_before = None
+        return True
+
+    def _next_chunk(self, epoch: int) -> tuple[torch.Tensor, int] | None:
         """The next batch's indices: one that came with the last parameters, or one asked for now.
 
         With overlap, the first request of an epoch asks for :data:`STOCK` batches, so that the
@@ -257,10 +318,6 @@ class SSPStrategy(ParameterServerStrategy):
     def _count_samples(self, samples: int) -> None:
         super()._count_samples(samples)
         self._batches_since_push += 1
-
-    def _begin_async_phase(self) -> None:
-        super()._begin_async_phase()
-        self._batches_since_push = 0
 
     def _replaced_step(self, optimizer: torch.optim.Optimizer) -> None:
         """Push this step's gradient and take the newest parameters (with the next batch's indices).
@@ -288,7 +345,7 @@ class SSPStrategy(ParameterServerStrategy):
     def _received(self, info: PullInfo) -> None:
         self._note(info)
         if info.chunk is not None:
-            self._dealt.append(info.chunk)
+            self._dealt.append((info.chunk, info.chunk_segment))
         self._data_epoch_over |= info.epoch_over or info.stop
         stats = self._epoch
         stats["iterations"] += 1
@@ -301,10 +358,18 @@ class SSPStrategy(ParameterServerStrategy):
         self._settle()
         super()._pull_at_sync()
 
+    def _begin_async_phase(self) -> None:
+        if self._segment_sync:  # the epoch goes on after a segment's sync: its figures too
+            self._async = True
+        else:
+            super()._begin_async_phase()
+        self._segment_sync = False
+        self._batches_since_push = 0
+
     def _before_sync(self) -> None:
         """The epoch's end: every batch the server dealt this worker has been trained on."""
         self._settle()
-        if self._dealt:
+        if self._dealt and not self._segment_sync:
             raise RuntimeError(f"worker {self.global_rank}: {len(self._dealt)} dealt batches left unused at the epoch's end")
 
     def teardown(self) -> None:
@@ -313,4 +378,5 @@ class SSPStrategy(ParameterServerStrategy):
             self._comm, self._in_flight = None, None
         if self._own_callback is not None and self.lightning_module is not None and self.lightning_module._trainer:
             self.lightning_module.trainer.limit_train_batches = self._limit_train_batches
+            self.lightning_module.trainer.val_check_interval = self._val_check_interval
         super().teardown()
