@@ -185,10 +185,30 @@ def test_unsupported_runs_fail_before_workers_start():
     trainer = pl.Trainer(accelerator="cpu", devices=2, strategy=AllReduceASGDStrategy(), max_epochs=1, logger=False)
     with pytest.raises(ValueError, match="automatic optimization"):
         trainer.fit(Manual(), datamodule=data)
-    trainer = pl.Trainer(accelerator="cpu", devices=2, strategy=AllReduceASGDStrategy(), max_epochs=1, logger=False,
-                         callbacks=[pl.callbacks.ModelCheckpoint(every_n_train_steps=3)])
-    with pytest.raises(ValueError, match="every_n_train_steps"):
-        trainer.fit(ClassifierModule(MLP()), datamodule=data)
+
+
+def test_a_step_checkpoint_holds_the_pending_average(tmp_path):
+    """ModelCheckpoint(every_n_train_steps=1) with delay 1: the checkpoint of step k holds, besides
+    the parameters and momentum, the average step k started; step k+1 applies exactly that average
+    (the checkpoint of step k+1 is one SGD-with-momentum step from step k's with it): a run
+    resumed from any of them loses nothing."""
+    run_train_script(tmp_path, "--strategy", "asgd", "--delay", "1", "--lr", "0.05", "--momentum", "0.9",
+                     "--epochs", "1", "--noise", "6", "--checkpoint-dir", str(tmp_path / "ck"), "--checkpoint-every-steps", "1")
+    checkpoints = {k: load(tmp_path / "ck" / f"step={k}.ckpt") for k in range(1, 9)}
+    for k in range(1, 8):
+        (pending,) = checkpoints[k]["lightning_hybrid_pending_averages"]  # delay 1: one average in flight
+        net = MLP(activation="relu")
+        net.load_state_dict({name.removeprefix("net."): v for name, v in checkpoints[k]["state_dict"].items()})
+        optimizer = torch.optim.SGD(net.parameters(), lr=pending["lrs"][0], momentum=0.9)
+        optimizer.load_state_dict(checkpoints[k]["optimizer_states"][0])
+        offset = 0
+        for p in net.parameters():
+            p.grad = pending["average"][offset : offset + p.numel()].view_as(p).clone()
+            offset += p.numel()
+        optimizer.step()
+        for name, value in net.state_dict().items():
+            torch.testing.assert_close(value, checkpoints[k + 1]["state_dict"][f"net.{name}"], rtol=1e-6, atol=1e-7,
+                                       msg=f"step {k + 1}: {name}")
 
 
 def test_latency_needs_a_strategy_that_takes_it():

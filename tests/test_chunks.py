@@ -119,3 +119,19 @@ def test_static_dealing_after_a_loss_covers_the_epoch_and_then_deals_rounds_of_t
     assert d.next_chunk(2).tolist() == order[10:20].tolist()
     assert d.next_chunk(0).tolist() == order[0:10].tolist()
     assert d.next_chunk(1) is None
+
+
+def test_segments_follow_ddps_validation_points_and_the_last_holds_a_chunk_per_worker():
+    from lightning_hybrid.parameter_server.dispenser import segment_chunks
+
+    assert segment_chunks(0.25, num_chunks=20, workers=2) == 4  # a quarter of each worker's 10 batches: 2
+    assert segment_chunks(3, num_chunks=20, workers=2) == 6  # every 3 batches of each worker
+    assert segment_chunks(1.0, num_chunks=20, workers=2) == 0 and segment_chunks(10, num_chunks=20, workers=2) == 0
+    d = ChunkDispenser(num_samples=19 * 8, batch_size=8, num_workers=2, segment_chunks=6)
+    # 19 chunks: segments 0-5, 6-11, 12-18 (a last segment of 1 chunk could not give each worker one)
+    assert [d.segment_of(i) for i in (0, 5, 6, 11, 12, 17, 18)] == [0, 0, 1, 1, 2, 2, 2]
+    d.start_epoch(0)
+    segments = []
+    while d.next_chunk(len(segments) % 2) is not None:
+        segments.append(d.last_segment)
+    assert segments == [0] * 6 + [1] * 6 + [2] * 7

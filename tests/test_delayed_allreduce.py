@@ -30,7 +30,9 @@ def loss_of(model, rank, step):
     return torch.nn.functional.mse_loss(model(x), y)
 
 
-def worker(rank: int, port: int, delay: int, compensation, out: str) -> None:
+def worker(rank: int, port: int, delay: int, compensation, out: str, restart_at: int | None = None) -> None:
+    """``restart_at``: after that step, checkpoint (model, optimizer, pending averages) and continue
+    with a new model, optimizer and exchange restored from the checkpoint."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=2)
     model = make_model()
@@ -38,6 +40,15 @@ def worker(rank: int, port: int, delay: int, compensation, out: str) -> None:
     exchange = DelayedAllReduce(list(model.parameters()), delay, bucket_size_mb=1e-4, compensation=compensation, dc_lambda=DC_LAMBDA)
     applied = []
     for step in range(STEPS):
+        if step == restart_at:
+            saved = {"model": model.state_dict(), "opt": opt.state_dict(), "pending": exchange.pending_state()}
+            model = make_model()
+            model.load_state_dict(saved["model"])
+            opt = torch.optim.SGD(model.parameters(), lr=LR)
+            opt.load_state_dict(saved["opt"])
+            exchange = DelayedAllReduce(list(model.parameters()), delay, bucket_size_mb=1e-4, compensation=compensation,
+                                        dc_lambda=DC_LAMBDA)
+            exchange.load_pending_state(saved["pending"])
         opt.zero_grad()
         loss_of(model, rank, step).backward()
         exchange.push()
@@ -100,6 +111,20 @@ def test_two_processes_equal_the_reference(tmp_path, delay, compensation):
             torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
     if delay and compensation is None:
         assert not torch.allclose(results[0]["params"][0], reference(0, None)[0]), "the delay must change the result"
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("compensation", [None, "dc"])
+def test_pending_averages_survive_a_checkpoint(tmp_path, compensation):
+    """A checkpoint taken between sync points holds the pending averages (pending_state); an exchange
+    restored from it (load_pending_state) continues exactly as the uninterrupted one."""
+    out = str(tmp_path / "result")
+    mp.start_processes(worker, args=(free_port(), 2, compensation, out, 4), nprocs=2, start_method="forkserver")
+    expected = reference(2, compensation)
+    for result in [torch.load(f"{out}.{r}") for r in (0, 1)]:
+        assert result["applied"] == list(range(2, STEPS)) and result["drained"] == 2
+        for got, want in zip(result["params"], expected):
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
 
 
 def test_buckets_and_bad_settings():

@@ -230,7 +230,7 @@ def test_step_checkpoints_are_refused_with_delayed_gradient_sync():
     strategy = HybridParallelStrategy(gradient_sync="delayed")
     trainer = pl.Trainer(accelerator="cpu", devices=2, strategy=strategy, logger=False,
                          callbacks=[pl.callbacks.ModelCheckpoint(every_n_train_steps=2)])
-    with pytest.raises(ValueError, match=r"gradient_sync='delayed' saves checkpoints at epoch ends only"):
+    with pytest.raises(ValueError, match=r"gradient_sync='delayed' saves checkpoints at its sync points only"):
         strategy.check_trainer(trainer, make_module(0.1, 0.0))
 
 

@@ -77,13 +77,18 @@ def test_overfit_batches_repeats_the_same_batches(tmp_path):
         assert sorted(indices) == list(range(2 * 2 * 16)), f"epoch {epoch}: the first 2 batches of each worker"
 
 
-@pytest.mark.parametrize("staleness, interval, per_epoch", [("3", "0.25", 5), ("3", "3", 4), ("0", "0.25", 5)])
-def test_val_check_interval_validates_at_global_syncs(tmp_path, staleness, interval, per_epoch):
+@pytest.mark.parametrize(
+    "staleness, interval, slowdown, per_epoch",
+    [("3", "0.25", "1,1", 5), ("3", "3", "1,1", 4), ("0", "0.25", "1,1", 5), ("inf", "2", "1,4", 5)],
+)
+def test_val_check_interval_validates_at_global_syncs(tmp_path, staleness, interval, slowdown, per_epoch):
     """Mid-epoch validation: the server cuts each epoch into segments (DDP's validation points: a
-    quarter of each worker's 10 batches is 2, so every 4 of the 20 batches; or every 3 batches per
-    worker, 6 of the 20, plus the epoch's end), and all workers meet there holding its parameters."""
+    quarter of each worker's 10 batches is 2, so every 4 of the 20 batches; every 3 batches per
+    worker, 6 of the 20, plus the epoch's end; every 2, with worker 1 four times slower), and all
+    workers meet there holding its parameters."""
     run_train_script(tmp_path, "--strategy", "ssp", "--staleness", staleness, "--samples", "320", "--epochs", "2",
-                     "--val-check-interval", interval, "--limit-val-batches", "2")
+                     "--val-check-interval", interval, "--limit-val-batches", "2", "--checkpoint-dir", str(tmp_path / "ck"),
+                     "--slowdown", slowdown)
     records = [load(tmp_path / f"validations_rank{r}.pt") for r in (0, 1)]
     assert [epoch for epoch, _ in records[0]] == [0] * per_epoch + [1] * per_epoch
     assert [epoch for epoch, _ in records[1]] == [0] * per_epoch + [1] * per_epoch
@@ -93,6 +98,10 @@ def test_val_check_interval_validates_at_global_syncs(tmp_path, staleness, inter
     seen = [load(tmp_path / f"indices_rank{r}.pt") for r in (0, 1)]
     for epoch in (0, 1):
         assert sorted(seen[0][epoch] + seen[1][epoch]) == list(range(320)), f"epoch {epoch}: every sample once"
+    # ModelCheckpoint saves after each validation, as under DDP, the parameters validated there
+    saved = load(tmp_path / "saved_rank0.pt")
+    assert len(saved) == 2 * per_epoch
+    assert all(torch.equal(s, p) for s, (_, p) in zip(saved, records[0]))
 
 
 @pytest.mark.parametrize("strategy", ["ssp", "cneural"])

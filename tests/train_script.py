@@ -122,17 +122,22 @@ class TrainedBatches(pl.Callback):
 
 
 class ValidationRecord(pl.Callback):
-    """Records, at each validation of a fit, the epoch and the model's parameters (validations_rank{r}.pt)."""
+    """Records, at each validation of a fit, the epoch and the model's parameters (validations_rank{r}.pt),
+    and the parameters of each checkpoint saved (saved_rank{r}.pt)."""
 
     def __init__(self, out: Path) -> None:
-        self.out, self.records = out, []
+        self.out, self.records, self.saved = out, [], []
 
     def on_validation_start(self, trainer, pl_module):
         if trainer.state.fn == "fit":
             self.records.append((trainer.current_epoch, torch.cat([p.detach().flatten() for p in pl_module.parameters()])))
 
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint):
+        self.saved.append(torch.cat([v.flatten() for v in checkpoint["state_dict"].values()]))
+
     def on_fit_end(self, trainer, pl_module):
         torch.save(self.records, self.out / f"validations_rank{trainer.global_rank}.pt")
+        torch.save(self.saved, self.out / f"saved_rank{trainer.global_rank}.pt")
 
 
 class PidFiles(pl.Callback):
@@ -177,6 +182,7 @@ def main() -> None:
     parser.add_argument("--momentum", type=float, default=0.0)
     parser.add_argument("--slowdown", default=None, help="comma-separated factors per rank")
     parser.add_argument("--checkpoint-dir", type=Path, default=None)
+    parser.add_argument("--checkpoint-every-steps", type=int, default=0, help="with --checkpoint-dir: every_n_train_steps")
     parser.add_argument("--resume", default=None)
     parser.add_argument("--kill-rank", type=int, default=None)
     parser.add_argument("--kill-step", type=int, default=3)
@@ -260,7 +266,11 @@ def main() -> None:
     if args.oom_rank is not None:
         callbacks.append(OutOfMemoryAt(args.oom_rank, args.oom_step))
     if args.checkpoint_dir:
-        callbacks.append(pl.callbacks.ModelCheckpoint(dirpath=args.checkpoint_dir, save_top_k=-1, filename="{epoch}"))
+        if args.checkpoint_every_steps:
+            callbacks.append(pl.callbacks.ModelCheckpoint(dirpath=args.checkpoint_dir, save_top_k=-1, filename="{step}",
+                                                          every_n_train_steps=args.checkpoint_every_steps))
+        else:
+            callbacks.append(pl.callbacks.ModelCheckpoint(dirpath=args.checkpoint_dir, save_top_k=-1, filename="{epoch}"))
     scheduler = partial(torch.optim.lr_scheduler.StepLR, step_size=1, gamma=0.5) if args.scheduler else None
     module = RecordingClassifier(
         MLP(activation="relu"), optimizer=partial(torch.optim.SGD, lr=args.lr, momentum=args.momentum), scheduler=scheduler,

@@ -45,6 +45,7 @@ class _InFlight:
     works: list[PendingAllReduce | Future]
     weights: torch.Tensor | None  # the flat weights the gradient was computed at (for compensation)
     lrs: list[float] | None  # each parameter group's learning rate when the gradient was computed
+    averaged: bool = False  # the all-reduce is complete and the buckets hold the average
 
 
 def learning_rates(optimizer: torch.optim.Optimizer) -> list[float]:
@@ -178,11 +179,31 @@ class DelayedAllReduce:
         self._queue.append(_InFlight(buckets, works, weights, None if lrs is None else list(lrs)))
 
     def _complete(self, item: _InFlight) -> list[torch.Tensor]:
+        if item.averaged:
+            return item.buckets
         start = time.perf_counter()
         for work in item.works:
             work.result() if isinstance(work, Future) else work.wait()
         self.wait_s += time.perf_counter() - start
-        return [bucket.div_(self.world_size) for bucket in item.buckets]
+        item.buckets = [bucket.div_(self.world_size) for bucket in item.buckets]
+        item.works, item.averaged = [], True
+        return item.buckets
+
+    def pending_state(self) -> list[dict]:
+        """The pending averages (waited for), oldest first, as plain tensors and lists: what a
+        checkpoint written between sync points must hold so that nothing computed is lost."""
+        return [
+            {"average": torch.cat(self._complete(item)).clone(), "weights": item.weights, "lrs": item.lrs}
+            for item in self._queue
+        ]
+
+    def load_pending_state(self, state: list[dict]) -> None:
+        """Put averages from :meth:`pending_state` back in front of the queue, to be applied in
+        order as if they had never left it."""
+        restored = [
+            _InFlight([entry["average"].clone()], [], entry["weights"], entry["lrs"], averaged=True) for entry in state
+        ]
+        self._queue.extendleft(reversed(restored))
 
     def _write(self, item: _InFlight) -> None:
         averaged = self._complete(item)

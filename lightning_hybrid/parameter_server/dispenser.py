@@ -147,5 +147,10 @@ class ChunkDispenser:
         return self._order[index * self.batch_size : (index + 1) * self.batch_size]
 
     def segment_of(self, index: int) -> int:
-        """The epoch's segment chunk ``index`` belongs to (0 without segments)."""
-        return index // self.segment_chunks if self.segment_chunks > 0 else 0
+        """The epoch's segment chunk ``index`` belongs to (0 without segments). The last segment
+        holds at least one chunk per worker (a shorter rest joins the segment before it): every
+        worker trains in every segment, so all meet at every sync between them."""
+        if self.segment_chunks <= 0:
+            return 0
+        last = max(0, (self.num_chunks - len(self.members)) // self.segment_chunks)
+        return min(index // self.segment_chunks, last)

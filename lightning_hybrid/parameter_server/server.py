@@ -105,6 +105,8 @@ class ParameterServer:
         self.on_worker_failure = on_worker_failure
         self.pushes_follow_workers = pushes_follow_workers
         self.lost: set[int] = set()
+        self.segment = 0  # the segment of the epoch being trained (val_check_interval: a sync between segments)
+        self._ahead: set[int] = set()  # workers dealt a batch of the next segment (no more until its sync)
         self._broken: dict[int, BaseException] = {}  # workers a reply could not reach
         # Batch mode (each push a sum over a worker's whole share, one per pass):
         self.batch_mode = batch_mode
@@ -136,9 +138,11 @@ class ParameterServer:
         c = self.controller
         gap = c.gap(worker) if worker in c.active else 0
         chunk, length = None, 0
-        if with_chunk and worker in self._chunk_wanted:
+        if with_chunk and worker in self._chunk_wanted and worker not in self._ahead:
+            # (a worker holding a batch of the next segment gets the next one after the segment's sync)
             chunk = self._deal(worker, self._chunk_wanted.pop(worker))
             length = -1 if chunk is None else chunk.numel()
+        self._chunk_wanted.pop(worker, None)
         segment = self.dispenser.last_segment if chunk is not None else 0
         reply = Parameters(self.version, self._last_staleness[worker], gap, c.max_gap, c.global_syncs, length,
                            int(self.stopped), self._live_mask(), chunk_segment=segment)
@@ -157,7 +161,10 @@ class ParameterServer:
         one, or the run has taken its steps)."""
         if self.dispenser is None or epoch != self.dispenser.epoch or self.stopped:
             return None
-        return self.dispenser.next_chunk(worker)
+        chunk = self.dispenser.next_chunk(worker)
+        if chunk is not None and self.dispenser.last_segment > self.segment:
+            self._ahead.add(worker)  # it syncs before training this one
+        return chunk
 
     def _optimization(self, worker: int) -> Optimization:
         if self.opt is None:
@@ -193,6 +200,7 @@ class ParameterServer:
         # (it prefetches when restoring a finished epoch from a checkpoint) and gets "epoch over".
         if self.dispenser.epoch is None or request.epoch > self.dispenser.epoch:
             self.dispenser.start_epoch(request.epoch)
+            self.segment = 0
         chunk = self._deal(worker, request.epoch)
         if chunk is None:
             self._reply(worker, Chunk(0))
@@ -279,6 +287,9 @@ class ParameterServer:
                 self._send_params(w, with_chunk=False)
             self.finished.clear()
             self.controller.new_epoch()
+            if self._ahead:  # a segment's sync (not the epoch's end, nor the start of fitting)
+                self.segment += 1
+            self._ahead.clear()
             self._pass_live = set(self.controller.live)
             self._pushed_pass.clear()
 
@@ -292,6 +303,7 @@ class ParameterServer:
         self.lost.add(worker)
         again = self.dispenser.lose(worker) if self.dispenser is not None else 0
         self._chunk_wanted.pop(worker, None)
+        self._ahead.discard(worker)
         self.finished.discard(worker)
         self.waits.held.pop(worker, None)
         survivors = sorted(self.controller.live - {worker})

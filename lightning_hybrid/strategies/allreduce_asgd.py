@@ -19,6 +19,10 @@ from lightning_hybrid.comm.delayed_allreduce import DelayedAllReduce, learning_r
 from lightning_hybrid.strategies import common
 
 
+#: Where a checkpoint written between sync points keeps the pending averages.
+PENDING_KEY = "lightning_hybrid_pending_averages"
+
+
 class AllReduceASGDStrategy(common.UnwrappedDDPStrategy):
     """Data parallelism whose gradient all-reduce runs in the background and is applied ``delay`` steps later.
 
@@ -43,7 +47,7 @@ class AllReduceASGDStrategy(common.UnwrappedDDPStrategy):
 
     The exchange uses a process group of its own. Works with the optimizer and LR schedulers from
     ``configure_optimizers``, gradient clipping (of each rank's gradient, before the exchange),
-    accumulation, bf16 precision, checkpoints (nothing is pending when one is written) and
+    accumulation, bf16 precision, checkpoints (at epoch ends nothing is pending) and
     validate/test/predict. Logged each step: ``asgd/compute_s`` (forward and backward) and
     ``asgd/wait_s`` (blocked on communication). The steps that apply pending averages at a sync
     point are optimizer steps Lightning does not count and do not advance LR schedulers. Each
@@ -51,8 +55,10 @@ class AllReduceASGDStrategy(common.UnwrappedDDPStrategy):
     have used), not those in force when it arrives: an epoch-interval scheduler's change at the end
     of an epoch does not reach the averages flushed at that epoch's sync point.
 
-    Refused before workers start: manual optimization, fp16 with a gradient scaler, step- or
-    time-based checkpointing. A ``delay`` of as many optimizer steps as an epoch has, or more
+    Checkpoints written between sync points (``ModelCheckpoint(every_n_train_steps=N)``) hold the
+    averages still pending (waited for, oldest first); a run resumed from one applies them at the
+    steps the original run does. Refused before workers start: manual optimization, fp16 with a
+    gradient scaler. A ``delay`` of as many optimizer steps as an epoch has, or more
     (``fast_dev_run``'s one batch), is warned about: every average then waits for the epoch's sync point.
 
     Example::
@@ -95,13 +101,26 @@ class AllReduceASGDStrategy(common.UnwrappedDDPStrategy):
         #: Averages started (one per optimizer step) and applied, over the whole fit.
         self.pushed = 0
         self.applied = 0
+        self._restored_pending: list[dict] | None = None  # from a checkpoint written between sync points
 
     # ------------------------------------------------------------------ checks
     def check_trainer(self, trainer: pl.Trainer, model: pl.LightningModule | None) -> None:
         """Refuse what the strategy cannot run (called before the other processes start)."""
         common.refuse_manual_optimization("AllReduceASGDStrategy", model, "it replaces the optimizer step")
-        common.refuse_mid_epoch_checkpoints("AllReduceASGDStrategy", trainer)
         common.refuse_grad_scaler("AllReduceASGDStrategy", self.precision_plugin)
+
+    # ------------------------------------------------------------------ checkpoints between sync points
+    def save_checkpoint(self, checkpoint: dict[str, Any], filepath: Any, storage_options: Any = None) -> None:
+        """A checkpoint written between sync points (``every_n_train_steps``) also holds the averages
+        still pending, so that a run resumed from it applies them as the original run does."""
+        if self.exchange is not None and self.exchange.pending and self.is_global_zero:
+            checkpoint = {**checkpoint, PENDING_KEY: self.exchange.pending_state()}
+        super().save_checkpoint(checkpoint, filepath, storage_options=storage_options)
+
+    def load_checkpoint(self, checkpoint_path: Any, weights_only: bool | None = None) -> dict[str, Any]:
+        checkpoint = super().load_checkpoint(checkpoint_path, weights_only=weights_only)
+        self._restored_pending = checkpoint.pop(PENDING_KEY, None)
+        return checkpoint
 
     def on_sync_start(self, trainer: pl.Trainer) -> None:
         """Warn of a delay that an epoch cannot fill (its length is known only now)."""
@@ -134,6 +153,10 @@ class AllReduceASGDStrategy(common.UnwrappedDDPStrategy):
             dc_lambda=self.dc_lambda, latency_s=self.collective_latency_s,
         )
         self._steps = self.pushed = self.applied = 0
+        if self._restored_pending:  # resumed between sync points: the averages the checkpoint held
+            self.exchange.load_pending_state(self._restored_pending)
+            self.pushed = len(self._restored_pending)
+            self._restored_pending = None
         self.attach_sync_points(trainer)
 
     # ------------------------------------------------------------------ the step

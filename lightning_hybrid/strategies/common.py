@@ -122,14 +122,14 @@ def refuse_manual_optimization(name: str, model: pl.LightningModule | None, why:
         raise ValueError(f"{name} supports automatic optimization only ({why}).")
 
 
-def refuse_mid_epoch_checkpoints(name: str, trainer: pl.Trainer) -> None:
+def refuse_mid_epoch_checkpoints(name: str, trainer: pl.Trainer, instead: str = "Use every_n_epochs.") -> None:
     for callback in trainer.callbacks:
         if isinstance(callback, ModelCheckpoint) and (
             callback._every_n_train_steps or callback._train_time_interval is not None
         ):
             raise ValueError(
-                f"{name} saves checkpoints at epoch ends only (its sync points); ModelCheckpoint has "
-                "every_n_train_steps or train_time_interval set. Use every_n_epochs."
+                f"{name} saves checkpoints at its sync points only; ModelCheckpoint has every_n_train_steps or "
+                f"train_time_interval set. {instead}"
             )
 
 

@@ -159,7 +159,11 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
             )
         common.refuse_manual_optimization(name, model, "the server runs the optimizer step")
         self.check_val_check_interval(trainer)
-        common.refuse_mid_epoch_checkpoints(name, trainer)
+        common.refuse_mid_epoch_checkpoints(
+            name, trainer, "The workers' step counts differ, so no step N is global: use every_n_epochs, or "
+            "val_check_interval (a global sync point with validation) with a ModelCheckpoint, which then saves after "
+            "each validation.",
+        )
         common.refuse_grad_scaler(name, self.precision_plugin)
 
     def check_val_check_interval(self, trainer: pl.Trainer) -> None:

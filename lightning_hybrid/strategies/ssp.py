@@ -235,6 +235,10 @@ class SSPStrategy(ParameterServerStrategy):
         # Mid-epoch validation at the server's segment syncs (Lightning would refuse a fractional
         # interval for an epoch of unknown length; the strategy tells it when a segment ended).
         self._val_check_interval, trainer.val_check_interval = trainer.val_check_interval, 1.0
+        if self._val_check_interval != 1.0:  # ModelCheckpoint saves after each validation, as under DDP
+            for callback in trainer.checkpoint_callbacks:
+                if callback._save_on_train_epoch_end is None:
+                    callback._save_on_train_epoch_end = False
         epoch_loop = trainer.fit_loop.epoch_loop
         if not getattr(epoch_loop._should_check_val_fx, "segment_syncs", False):
             should_check_val = epoch_loop._should_check_val_fx
@@ -312,6 +316,8 @@ class SSPStrategy(ParameterServerStrategy):
             self._data_epoch_over = chunk is None
             if chunk is not None:
                 self._dealt.append(chunk)
+                if chunk[1] > self._segment:  # the next segment's first batch: no more before its sync
+                    break
         return self._dealt.popleft() if self._dealt else None
 
     # ------------------------------------------------------------------ the training step
