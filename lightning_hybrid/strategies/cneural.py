@@ -82,6 +82,11 @@ class CNeuralStrategy(ParameterServerStrategy):
     min_workers = 1
     #: The pass is one bulk-synchronous round of the server (the rule of ``SSPStrategy(staleness=0)``).
     batch_mode = True
+    mid_epoch_checkpoints_instead = (
+        "A pass is one update: inside it there is only a partial gradient sum on each worker, which a checkpoint "
+        "cannot hold, and Lightning resumes a non-resumable loader mid-epoch from the epoch's first batches. Use "
+        "every_n_epochs (one checkpoint per pass)."
+    )
 
     def __init__(
         self,

@@ -92,6 +92,11 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
     logged_stats: ClassVar[tuple[str, ...]] = tuple(WorkerEpochStats.__dataclass_fields__)
     #: Each push is a sum over the worker's whole share of the data, one per pass (cNeural).
     batch_mode: ClassVar[bool] = False
+    #: Why step- or time-interval checkpoints are refused, and what to use.
+    mid_epoch_checkpoints_instead: ClassVar[str] = (
+        "The workers' step counts differ, so no step N is global: use every_n_epochs, or val_check_interval (a global "
+        "sync point with validation) with a ModelCheckpoint, which then saves after each validation."
+    )
 
     def __init__(
         self,
@@ -159,11 +164,7 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
             )
         common.refuse_manual_optimization(name, model, "the server runs the optimizer step")
         self.check_val_check_interval(trainer)
-        common.refuse_mid_epoch_checkpoints(
-            name, trainer, "The workers' step counts differ, so no step N is global: use every_n_epochs, or "
-            "val_check_interval (a global sync point with validation) with a ModelCheckpoint, which then saves after "
-            "each validation.",
-        )
+        common.refuse_mid_epoch_checkpoints(name, trainer, self.mid_epoch_checkpoints_instead)
         common.refuse_grad_scaler(name, self.precision_plugin)
 
     def check_val_check_interval(self, trainer: pl.Trainer) -> None:
