@@ -187,6 +187,7 @@ class SSPStrategy(ParameterServerStrategy):
         self._handed_out = 0  # batches of this epoch handed to the DataLoader
         self._sync_before: int | None = None  # the first batch of the next segment (sync before training it)
         self._segment_sync = False  # the last sync point was a segment's, not the epoch's end
+        self._saving_after_validation: list[Any] = []  # ModelCheckpoints told to save after validation (undone at teardown)
 
     def _update_rule(self) -> dict[str, Any]:
         return {
@@ -236,9 +237,9 @@ class SSPStrategy(ParameterServerStrategy):
         # interval for an epoch of unknown length; the strategy tells it when a segment ended).
         self._val_check_interval, trainer.val_check_interval = trainer.val_check_interval, 1.0
         if self._val_check_interval != 1.0:  # ModelCheckpoint saves after each validation, as under DDP
-            for callback in trainer.checkpoint_callbacks:
-                if callback._save_on_train_epoch_end is None:
-                    callback._save_on_train_epoch_end = False
+            self._saving_after_validation = [c for c in trainer.checkpoint_callbacks if c._save_on_train_epoch_end is None]
+            for callback in self._saving_after_validation:
+                callback._save_on_train_epoch_end = False
         epoch_loop = trainer.fit_loop.epoch_loop
         if not getattr(epoch_loop._should_check_val_fx, "segment_syncs", False):
             should_check_val = epoch_loop._should_check_val_fx
@@ -369,8 +370,8 @@ class SSPStrategy(ParameterServerStrategy):
             self._async = True
         else:
             super()._begin_async_phase()
+            self._batches_since_push = 0
         self._segment_sync = False
-        self._batches_since_push = 0
 
     def _before_sync(self) -> None:
         """The epoch's end: every batch the server dealt this worker has been trained on."""
@@ -385,4 +386,7 @@ class SSPStrategy(ParameterServerStrategy):
         if self._own_callback is not None and self.lightning_module is not None and self.lightning_module._trainer:
             self.lightning_module.trainer.limit_train_batches = self._limit_train_batches
             self.lightning_module.trainer.val_check_interval = self._val_check_interval
+        for callback in self._saving_after_validation:
+            callback._save_on_train_epoch_end = None
+        self._saving_after_validation = []
         super().teardown()
