@@ -138,11 +138,11 @@ class ParameterServer:
         c = self.controller
         gap = c.gap(worker) if worker in c.active else 0
         chunk, length = None, 0
-        if with_chunk and worker in self._chunk_wanted and worker not in self._ahead:
-            # (a worker holding a batch of the next segment gets the next one after the segment's sync)
-            chunk = self._deal(worker, self._chunk_wanted.pop(worker))
-            length = -1 if chunk is None else chunk.numel()
-        self._chunk_wanted.pop(worker, None)
+        if with_chunk and worker in self._chunk_wanted:
+            epoch = self._chunk_wanted.pop(worker)
+            if worker not in self._ahead:  # one holding the next segment's batch asks again after the sync
+                chunk = self._deal(worker, epoch)
+                length = -1 if chunk is None else chunk.numel()
         segment = self.dispenser.last_segment if chunk is not None else 0
         reply = Parameters(self.version, self._last_staleness[worker], gap, c.max_gap, c.global_syncs, length,
                            int(self.stopped), self._live_mask(), chunk_segment=segment)
@@ -256,8 +256,9 @@ class ParameterServer:
             if lost not in self._asked and self._adopter(lost) == worker:
                 self._asked[lost] = worker
                 c = self.controller
-                self._reply(worker, Parameters(self.version, 0, 0, c.max_gap, c.global_syncs, 0, int(self.stopped),
-                                               self._live_mask(), shares), self.opt.flat_params)
+                reply = Parameters(self.version, 0, 0, c.max_gap, c.global_syncs, stop=int(self.stopped),
+                                   live=self._live_mask(), adopt=shares)
+                self._reply(worker, reply, self.opt.flat_params)
                 return
 
     def _receive_owed(self, worker: int, request: Push, grads: torch.Tensor) -> None:

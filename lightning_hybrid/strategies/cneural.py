@@ -82,6 +82,7 @@ class CNeuralStrategy(ParameterServerStrategy):
     min_workers = 1
     #: The pass is one bulk-synchronous round of the server (the rule of ``SSPStrategy(staleness=0)``).
     batch_mode = True
+    validates_mid_epoch = True  # every worker holds the pass's parameters until its end
     mid_epoch_checkpoints_instead = (
         "A pass is one update: inside it there is only a partial gradient sum on each worker, which a checkpoint "
         "cannot hold, and Lightning resumes a non-resumable loader mid-epoch from the epoch's first batches. Use "
@@ -121,15 +122,6 @@ class CNeuralStrategy(ParameterServerStrategy):
             )
 
     # ------------------------------------------------------------------ mid-pass validation
-    def check_val_check_interval(self, trainer: pl.Trainer) -> None:
-        """Validation inside a pass is possible: every worker holds the pass's parameters all along.
-        A time-based interval is not (workers would reach it at different batches)."""
-        if getattr(trainer, "_val_check_time_interval", None) is not None:
-            raise ValueError(
-                "CNeuralStrategy validates inside a pass when every worker reaches the same batch index; a time-based "
-                "val_check_interval has no such point. Give it as a fraction of the epoch or a number of batches."
-            )
-
     def on_sync_start(self, trainer: pl.Trainer) -> None:
         super().on_sync_start(trainer)
         if trainer.val_check_interval == 1.0 and trainer.check_val_every_n_epoch is not None:

@@ -92,6 +92,8 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
     logged_stats: ClassVar[tuple[str, ...]] = tuple(WorkerEpochStats.__dataclass_fields__)
     #: Each push is a sum over the worker's whole share of the data, one per pass (cNeural).
     batch_mode: ClassVar[bool] = False
+    #: Whether a ``val_check_interval`` below an epoch works (see :meth:`check_val_check_interval`).
+    validates_mid_epoch: ClassVar[bool] = False
     #: Why step- or time-interval checkpoints are refused, and what to use.
     mid_epoch_checkpoints_instead: ClassVar[str] = (
         "The workers' step counts differ, so no step N is global: use every_n_epochs, or val_check_interval (a global "
@@ -168,10 +170,19 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
         common.refuse_grad_scaler(name, self.precision_plugin)
 
     def check_val_check_interval(self, trainer: pl.Trainer) -> None:
-        """Refuse a ``val_check_interval`` this strategy has no global sync point for."""
-        if trainer.val_check_interval != 1.0:
+        """Refuse a ``val_check_interval`` this strategy has no global point for: a time-based one
+        (the workers reach a time at different batches), any mid-epoch one without
+        :attr:`validates_mid_epoch`."""
+        name = type(self).__name__
+        if getattr(trainer, "_val_check_time_interval", None) is not None:
             raise ValueError(
-                f"{type(self).__name__} validates at the end of each epoch only (a global sync point); got "
+                f"{name} validates where every worker meets, at a batch; a time-based val_check_interval has no such "
+                "point (the workers reach a time at different batches). Give val_check_interval as a fraction of the "
+                "epoch or a number of batches."
+            )
+        if trainer.val_check_interval != 1.0 and not self.validates_mid_epoch:
+            raise ValueError(
+                f"{name} validates at the end of each epoch only (a global sync point); got "
                 f"val_check_interval={trainer.val_check_interval}. Use check_val_every_n_epoch instead."
             )
 

@@ -134,6 +134,7 @@ class SSPStrategy(ParameterServerStrategy):
         "ssp_async": ("Fully asynchronous parameter server", {"staleness": math.inf}),
     }
     metrics_prefix = "ssp"
+    validates_mid_epoch = True
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
         bound = inspect.signature(cls.__init__).bind(None, *args, **kwargs).arguments
@@ -201,15 +202,9 @@ class SSPStrategy(ParameterServerStrategy):
 
     # ------------------------------------------------------------------ checks and setup
     def check_val_check_interval(self, trainer: pl.Trainer) -> None:
-        """Mid-epoch validation works: the server cuts the epoch into segments with a global sync
-        between them. A time-based interval has no such point (workers would reach it at different
-        batches)."""
-        if getattr(trainer, "_val_check_time_interval", None) is not None:
-            raise ValueError(
-                "SSPStrategy validates at global sync points the server places between the epoch's batches; a time-based "
-                "val_check_interval has none (the workers reach a time at different batches). Give val_check_interval as "
-                "a fraction of the epoch or a number of batches per worker."
-            )
+        """Mid-epoch validation works (the server cuts the epoch into segments with a global sync
+        between them), within each epoch."""
+        super().check_val_check_interval(trainer)
         if trainer.val_check_interval != 1.0 and trainer.check_val_every_n_epoch is None:
             raise ValueError(
                 "SSPStrategy places mid-epoch validation within each epoch; check_val_every_n_epoch=None (validation "
