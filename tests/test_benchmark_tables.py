@@ -1,0 +1,39 @@
+"""The time-to-accuracy benchmark's tables, from hand-made curves (no training)."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "time_to_accuracy.py"
+
+
+@pytest.fixture(scope="module")
+def tta():
+    spec = importlib.util.spec_from_file_location("time_to_accuracy", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def curve(*accuracies: float, epoch_s: float = 1.0) -> list[dict[str, float]]:
+    return [{"epoch": k, "elapsed_s": (k + 1) * epoch_s, "val_acc": a} for k, a in enumerate(accuracies)]
+
+
+def test_epoch_accuracy_is_the_mean_over_seeds_with_its_standard_error(tta):
+    results = {"ddp": [curve(0.90, 0.96, 0.97), curve(0.92, 0.94)], "ssp": [curve(0.80, 0.95), curve(0.84, 0.97, 0.99)]}
+    lines = tta.epoch_accuracy_lines(results)
+    assert "epochs 1-2" in lines[1]  # only the epochs every run reached
+    ddp, ssp = lines[-2], lines[-1]
+    error = math.sqrt(((0.90 - 0.91) ** 2 + (0.92 - 0.91) ** 2) / 1) / math.sqrt(2)
+    assert ddp == f"| ddp | 0.9100 +- {error:.4f} | 0.9500 +- {error:.4f} |"
+    assert ssp.startswith("| ssp | 0.8200 +- 0.0200 | 0.9600 +- 0.0100 |")
+
+
+def test_time_to_target_is_the_first_epoch_at_or_above_it(tta):
+    stats = tta.summarize([curve(0.9, 0.97, 0.96, epoch_s=2.0), curve(0.9, 0.95)], target=0.97)
+    assert stats["time"] == [4.0, math.inf] and stats["epochs"] == [2, math.inf]
+    assert tta.median_and_range(stats["time"]) == "not reached (1/2)"
