@@ -172,6 +172,7 @@ def test_validation_every_second_epoch(tmp_path, strategy):
         (dict(staleness="three"), "non-negative integer or inf"),
         (dict(sync="eventually"), "unknown sync mode"),
         (dict(timeout=0), "timeout must be a positive"),
+        (dict(restart_steps=-3), "restart_steps must be a non-negative integer"),
     ],
 )
 def test_bad_arguments(kwargs, match):

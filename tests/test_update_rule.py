@@ -34,6 +34,23 @@ def test_momentum_is_lowered_by_the_implicit_momentum_of_the_staleness():
     assert UpdateRule(staleness_decay=1.0).momentum(0.9) == 0.9  # switched off
 
 
+def test_staleness_of_the_restart_after_a_sync_is_not_counted():
+    rule = UpdateRule(momentum_correction=True, staleness_decay=1.0, restart_steps=2)
+    for _ in range(2):  # the first two steps of the run: a restart
+        assert rule.add(torch.zeros(1), staleness=1)
+        rule.take_average()
+        assert rule.momentum(0.9) == 0.9
+    rule.add(torch.zeros(1), staleness=1)  # the third step's push counts
+    assert rule.momentum(0.9) == pytest.approx(0.4)
+    rule.take_average()
+    rule.synchronized()  # a global sync: the next two steps are a restart again
+    rule.add(torch.zeros(1), staleness=3)
+    assert rule.momentum(0.9) == pytest.approx(0.4)  # unchanged by the restart's push
+    counts_all = UpdateRule(momentum_correction=True, staleness_decay=1.0)  # restart_steps=0: every push counts
+    counts_all.add(torch.zeros(1), staleness=1)
+    assert counts_all.momentum(0.9) == pytest.approx(0.4)
+
+
 def test_weights_count_samples_of_a_push():
     rule = UpdateRule(pushes_per_update=4)
     assert not rule.add(torch.ones(1), staleness=0, weight=3)
@@ -41,7 +58,8 @@ def test_weights_count_samples_of_a_push():
     torch.testing.assert_close(rule.take_average(), torch.tensor([(3 * 1.0 + 5.0) / 4]))
 
 
-@pytest.mark.parametrize("kwargs", [dict(pushes_per_update=0), dict(pushes_per_update=True), dict(staleness_decay=0)])
+@pytest.mark.parametrize("kwargs", [dict(pushes_per_update=0), dict(pushes_per_update=True), dict(staleness_decay=0),
+                                    dict(restart_steps=-1), dict(restart_steps=1.5)])
 def test_bad_settings(kwargs):
     with pytest.raises(ValueError):
         UpdateRule(**kwargs)

@@ -238,7 +238,7 @@ class ServerSettings:
         staleness: iterations the fastest worker may lead the slowest (``inf``: never wait).
         sync: ``"delay"`` or ``"bounded"`` (see :mod:`~lightning_hybrid.parameter_server.sync_controller`).
         timeout: seconds the server waits for a worker before failing.
-        pushes_per_update, staleness_lr, momentum_correction: the update rule
+        pushes_per_update, staleness_lr, momentum_correction, restart_steps: the update rule
             (:class:`~lightning_hybrid.parameter_server.update_rule.UpdateRule`; staleness > 0 only).
         max_steps: optimizer steps after which the server stops the run (-1: no limit); pushes
             after the last step are not applied.
@@ -261,6 +261,7 @@ class ServerSettings:
     pushes_per_update: int = 1
     staleness_lr: bool = False
     momentum_correction: bool = False
+    restart_steps: int = 0
     max_steps: int = -1
     step_patience: float = 0.0
     pushes_follow_workers: bool = False

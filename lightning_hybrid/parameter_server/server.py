@@ -287,6 +287,7 @@ class ParameterServer:
                 self._last_staleness[w] = 0
                 self._send_params(w, with_chunk=False)
             self.finished.clear()
+            self.rule.synchronized()
             self.controller.new_epoch()
             if self._ahead:  # a segment's sync (not the epoch's end, nor the start of fitting)
                 self.segment += 1
@@ -462,7 +463,8 @@ def run(settings: ServerSettings) -> None:
     _exit_when_orphaned(os.getppid())
     torch.set_num_threads(1)
     pg = channel.open_channel(settings.host, settings.port, settings.prefix, 0, settings.workers + 1, settings.timeout)
-    rule = UpdateRule(settings.pushes_per_update, settings.staleness_lr, settings.momentum_correction)
+    rule = UpdateRule(settings.pushes_per_update, settings.staleness_lr, settings.momentum_correction,
+                      restart_steps=settings.restart_steps)
     ParameterServer(pg, settings.workers, settings.staleness, settings.sync, rule, settings.max_steps,
                     settings.step_patience, settings.on_worker_failure, settings.pushes_follow_workers,
                     settings.batch_mode).serve()

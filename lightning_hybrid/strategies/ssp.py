@@ -85,6 +85,9 @@ class SSPStrategy(ParameterServerStrategy):
         staleness_lr: weight each pushed gradient by ``1 / staleness`` (in server steps; Zhang et al. 2016).
         momentum_correction: lower SGD's momentum by the implicit momentum of the measured staleness
             (Mitliagkas et al. 2016). See :mod:`lightning_hybrid.parameter_server.update_rule`.
+        restart_steps: the momentum correction leaves out the staleness of the gradients pushed in
+            this many server steps after each global synchronization (the workers resume at
+            different moments: a transient, not the asynchrony the correction is for). 0: count all.
         overlap: with staleness > 0, send each push in the background and compute the next batch
             meanwhile, on the parameters the previous reply brought (each gradient then is one
             server step staler, and a worker the bound holds back computes one more batch before it
@@ -157,6 +160,7 @@ class SSPStrategy(ParameterServerStrategy):
         pushes_per_update: int | None = None,
         staleness_lr: bool = True,
         momentum_correction: bool = True,
+        restart_steps: int = 10,
         overlap: bool = False,
         step_patience: float = 1.0,
         batch_mode: bool = False,
@@ -170,6 +174,8 @@ class SSPStrategy(ParameterServerStrategy):
         self.pushes_per_update = pushes_per_update
         self.staleness_lr = bool(staleness_lr)
         self.momentum_correction = bool(momentum_correction)
+        UpdateRule(restart_steps=restart_steps)  # a ValueError for a bad value, now
+        self.restart_steps = restart_steps
         self.overlap = bool(overlap)
         if not step_patience >= 0:
             raise ValueError(f"step_patience must be >= 0 (0: never wait for the step), got {step_patience}")
@@ -196,6 +202,7 @@ class SSPStrategy(ParameterServerStrategy):
             "pushes_follow_workers": self.pushes_per_update is None,
             "staleness_lr": self.staleness_lr,
             "momentum_correction": self.momentum_correction,
+            "restart_steps": self.restart_steps,
             # with overlap the next gradient is computed before the reply is read: waiting buys nothing
             "step_patience": 0.0 if self.overlap else self.step_patience,
         }
