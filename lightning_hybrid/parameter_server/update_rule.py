@@ -30,8 +30,8 @@ switchable for comparison:
   0.9606 +- 0.0014 without the correction). So the staleness of the pushes in the first
   ``restart_steps`` steps after each global synchronization (:meth:`synchronized`) is left out of the
   mean: a transient of the restart, not the steady asynchrony the correction is for. With 10: 0.9614
-  +- 0.0015, DDP's. Raising the
-  step's rate to keep ``lr / (1 - mu)`` was tried: it gave DDP's 0.9602 +- 0.0013 there, but at lr
+  +- 0.0015, DDP's. Raising the step's rate to keep ``lr / (1 - mu)`` instead was tried: it gave
+  DDP's 0.9602 +- 0.0013 there, but at lr
   0.05 it lost the straggler case (98% not reached in 10 epochs by any of 3 seeds; 6 epochs with the
   momentum lowered alone) and stalled one seed of 3 at 0.94 without stragglers, so it was not kept:
   under persistent staleness the smaller steps are what pays.

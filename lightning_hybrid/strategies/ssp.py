@@ -169,12 +169,11 @@ class SSPStrategy(ParameterServerStrategy):
         super().__init__(timeout, **kwargs)
         self.staleness = validate_staleness(staleness, sync)
         self.sync = sync
-        if pushes_per_update is not None:
-            UpdateRule(pushes_per_update)  # a ValueError for a bad value, now
+        # the server builds the rule; a bad value is a ValueError now, before any process starts
+        UpdateRule(1 if pushes_per_update is None else pushes_per_update, restart_steps=restart_steps)
         self.pushes_per_update = pushes_per_update
         self.staleness_lr = bool(staleness_lr)
         self.momentum_correction = bool(momentum_correction)
-        UpdateRule(restart_steps=restart_steps)  # a ValueError for a bad value, now
         self.restart_steps = restart_steps
         self.overlap = bool(overlap)
         if not step_patience >= 0:
