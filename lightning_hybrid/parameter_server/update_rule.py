@@ -31,10 +31,10 @@ switchable for comparison:
   ``restart_steps`` steps after each global synchronization (:meth:`synchronized`) is left out of the
   mean: a transient of the restart, not the steady asynchrony the correction is for. With 10: 0.9614
   +- 0.0015, DDP's. Raising the step's rate to keep ``lr / (1 - mu)`` instead was tried: it gave
-  DDP's 0.9602 +- 0.0013 there, but at lr
-  0.05 it lost the straggler case (98% not reached in 10 epochs by any of 3 seeds; 6 epochs with the
-  momentum lowered alone) and stalled one seed of 3 at 0.94 without stragglers, so it was not kept:
-  under persistent staleness the smaller steps are what pays.
+  DDP's 0.9602 +- 0.0013 there, but at lr 0.05 it lost the straggler case (98% not reached in 10
+  epochs by any of 3 seeds; 6 epochs with the momentum lowered alone) and stalled one seed of 3 at
+  0.94 without stragglers, so it was not kept: under persistent staleness the smaller steps are
+  what pays.
 
 With ``pushes_per_update=1``, ``staleness_lr=False`` and ``momentum_correction=False`` every push is
 a step at the user's learning rate and momentum (the rule before, and Zhang et al. 2017's).
