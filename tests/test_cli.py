@@ -62,6 +62,9 @@ def test_ssp_through_the_cli(tmp_path):
     assert metrics["ssp/max_gap"] <= 2
     assert metrics["ssp/worker0/iterations"] + metrics["ssp/worker1/iterations"] == 8  # 512 samples / 64, pooled
     assert {"val/acc", "test/acc"} <= set(metrics)
+    # the server's load, measured after its first step (2 pushes): 16 pushes, one step per 2 (the workers)
+    assert (metrics["server/pushes"], metrics["server/steps"]) == (14, 7)
+    assert 0 < metrics["server/busy_s"] <= metrics["server/wall_s"] and metrics["server/cpu_ms_per_push"] > 0
     assert (run_dir / "checkpoints" / "last.ckpt").is_file()
 
 

@@ -6,6 +6,7 @@ channel) against a real server process started the way SSPStrategy starts it.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -28,14 +29,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def server(request):
-    """Start a server for 2 workers; yield (client0, client1)."""
-    staleness, sync, *rule = request.param
+@contextlib.contextmanager
+def running_server(staleness, sync, **settings):
+    """A server process for 2 workers, started as SSPStrategy starts it; yields (client0, client1, process).
+    Ends it unless the test did (and waited for the process)."""
     port = free_port()
     store = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
     proc = start_server(ServerSettings("127.0.0.1", port, "t/", workers=2, staleness=staleness, sync=sync, timeout=30,
-                                       **(rule[0] if rule else {})))
+                                       **settings))
     pgs = [None, None]
 
     def join(rank):
@@ -45,13 +46,22 @@ def server(request):
     [t.start() for t in threads]
     [t.join() for t in threads]
     clients = (ParameterServerClient(pgs[0], 0), ParameterServerClient(pgs[1], 1))
-    yield clients
-    try:
-        clients[0].shutdown()
-    except ChannelClosedError:
-        assert proc.wait(timeout=10) != 0, "the server closed the channel without failing"
-    proc.wait(timeout=10)
+    yield (*clients, proc)
+    if proc.poll() is None:
+        try:
+            clients[0].shutdown()
+        except ChannelClosedError:
+            assert proc.wait(timeout=10) != 0, "the server closed the channel without failing"
+        proc.wait(timeout=10)
     del store
+
+
+@pytest.fixture
+def server(request):
+    """Start a server for 2 workers; yield (client0, client1)."""
+    staleness, sync, *rule = request.param
+    with running_server(staleness, sync, **(rule[0] if rule else {})) as (c0, c1, _):
+        yield c0, c1
 
 
 def make_optimizer():
@@ -180,3 +190,21 @@ def test_pushes_averaged_into_steps_stale_ones_weighted_and_max_steps_stops(serv
     after = c0.push(torch.full((4,), 100.0), [0.1], out0)
     assert after.stop and after.version == 2  # nothing more is applied
     torch.testing.assert_close(out0, out1)
+
+
+def test_a_large_model_pushed_right_after_init_and_the_load_reported_at_shutdown():
+    # 300,000 parameters do not fit the receive buffers the server posts before Init arrives
+    # (about 131,000 values); ServerSettings.num_params sizes them from the start.
+    numel = 300_000
+    with running_server(float("inf"), "delay", num_params=numel) as (c0, c1, proc):
+        weights = torch.nn.Parameter(torch.zeros(numel))
+        c0.init(torch.optim.SGD([weights], lr=0.5))
+        out0, out1 = torch.empty(numel), torch.empty(numel)
+        c0.push(torch.ones(numel), [0.5], out0)  # the first step: not measured (start-up, lazy imports)
+        c1.push(torch.full((numel,), 2.0), [0.5], out1)  # worker 1's first message at all
+        c0.push(torch.ones(numel), [0.5], out0)
+        torch.testing.assert_close(out0, torch.full((numel,), -2.0))  # 0 - 0.5 * (1 + 2 + 1)
+        load = c0.shutdown()
+        assert proc.wait(timeout=10) == 0
+    assert (load.pushes, load.steps) == (2, 2)  # after the first step
+    assert 0 < load.busy_s <= load.wall_s and load.cpu_s > 0 and load.cpu_ms_per_push > 0

@@ -203,6 +203,9 @@ def train(cfg: DictConfig) -> dict[str, float]:
             if cfg.get("fit", True):
                 trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
                 metrics = final_metrics(trainer)
+                server_load = getattr(trainer.strategy, "server_load", None)  # a parameter-server strategy's, rank 0
+                if server_load is not None:
+                    metrics.update(server_load.as_metrics())
                 best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
             elif not cfg.get("test", True):
                 raise ValueError("fit=false and test=false leave nothing to do")

@@ -151,9 +151,9 @@ class Inbox:
     request outstanding at a time, so each mailbox alternates between two buffers: a payload stays
     valid while the request after it arrives."""
 
-    def __init__(self, pg: dist.ProcessGroup, workers: int) -> None:
-        self.mailboxes = [Mailbox(pg) for _ in range(workers)]
-        self._spares = [Mailbox(pg) for _ in range(workers)]  # the second buffer of each worker
+    def __init__(self, pg: dist.ProcessGroup, workers: int, num_params: int = 0) -> None:
+        self.mailboxes = [Mailbox(pg, num_params) for _ in range(workers)]
+        self._spares = [Mailbox(pg, num_params) for _ in range(workers)]  # the second buffer of each worker
         self._ready: queue.Queue[tuple[int, Message | None, Payload | BaseException]] = queue.Queue()
         for worker in range(workers):
             threading.Thread(target=self._listen, args=(worker,), daemon=True, name=f"ps-inbox-{worker}").start()
@@ -169,6 +169,8 @@ class Inbox:
             self._ready.put((worker, message, payload))
 
     def grow(self, num_params: int) -> None:
+        """Room for a model of ``num_params`` parameters from the next receives on; a receive already
+        posted keeps its buffer (size the inbox at construction when the model is known)."""
         for mailbox in (*self.mailboxes, *self._spares):
             mailbox.grow(num_params)
 

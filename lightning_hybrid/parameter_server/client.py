@@ -10,6 +10,7 @@ import torch
 
 from lightning_hybrid.parameter_server import channel
 from lightning_hybrid.parameter_server.channel import ChannelClosedError
+from lightning_hybrid.parameter_server.load import ServerLoad
 from lightning_hybrid.parameter_server.protocol import (
     Bye, Chunk, DatasetShape, Finish, GetState, Init, Initialized, Message, NextChunk, Parameters, Push, Refused,
     Shutdown, State,
@@ -124,5 +125,6 @@ class ParameterServerClient:
         reply = self._request(GetState(), State)
         return channel.from_bytes(self._take(torch.uint8, reply.nbytes))
 
-    def shutdown(self) -> None:
-        self._request(Shutdown(), Bye)
+    def shutdown(self) -> ServerLoad:
+        """End the server; what it did over the fit and how busy it was."""
+        return self._request(Shutdown(), Bye).load

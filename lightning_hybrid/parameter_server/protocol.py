@@ -19,7 +19,7 @@ request            payloads after the header                   reply
 :class:`Finish`                                                :class:`Parameters`, at the epoch's
                                                                global synchronization
 :class:`GetState`                                              :class:`State` (+ pickled state)
-:class:`Shutdown`                                              :class:`Bye`
+:class:`Shutdown`                                              :class:`Bye` (the server's load)
 =================  ==========================================  ==================================
 
 Any request may instead be answered by :class:`Refused` (+ the message, uint8).
@@ -36,6 +36,7 @@ from typing import ClassVar
 
 import torch
 
+from lightning_hybrid.parameter_server.load import ServerLoad
 from lightning_hybrid.parameter_server.sync_controller import validate_staleness
 
 #: int64 slots of a header: the op code, up to :data:`MAX_FIELDS` fields, then the payload's bytes and
@@ -194,7 +195,23 @@ class State(Message):
 
 @dataclass(frozen=True)
 class Bye(Message):
+    """The reply to ``Shutdown``: the server's load over the fit (see
+    :class:`~lightning_hybrid.parameter_server.load.ServerLoad`; times in microseconds)."""
+
     op: ClassVar[int] = 12
+    pushes: int = 0
+    steps: int = 0
+    wall_us: int = 0
+    busy_us: int = 0
+    cpu_us: int = 0
+
+    @classmethod
+    def of(cls, load: ServerLoad) -> Bye:
+        return cls(load.pushes, load.steps, round(1e6 * load.wall_s), round(1e6 * load.busy_s), round(1e6 * load.cpu_s))
+
+    @property
+    def load(self) -> ServerLoad:
+        return ServerLoad(self.pushes, self.steps, self.wall_us / 1e6, self.busy_us / 1e6, self.cpu_us / 1e6)
 
 
 MESSAGES: dict[int, type[Message]] = {
@@ -249,6 +266,9 @@ class ServerSettings:
             unfinished batches go to the others and the run goes on without it.
         batch_mode: each worker's push is the sum over its whole share of the data (cNeural); a lost
             worker's share is then computed by its adopter (:mod:`~lightning_hybrid.parameter_server.adoption`).
+        num_params: the parameters the workers will push, when known: the server's receive buffers
+            are sized for them from the start (0: at ``Init``; a receive posted before ``Init`` was
+            handled then fits a model of about 131,000 parameters at most).
     """
 
     host: str
@@ -267,6 +287,7 @@ class ServerSettings:
     pushes_follow_workers: bool = False
     on_worker_failure: str = "stop"
     batch_mode: bool = False
+    num_params: int = 0
 
     def __post_init__(self) -> None:
         if self.workers < 1:

@@ -23,7 +23,8 @@ and serves the requests of :mod:`~lightning_hybrid.parameter_server.protocol` on
 * ``Finish``: the worker's data ran out; when every worker has finished, all receive the same
   parameters (the epoch's global synchronization) and the next epoch may begin.
 * ``GetState``: the optimizer's state dict, for checkpoints.
-* ``Shutdown``: exit.
+* ``Shutdown``: exit, answering with what the server did and how busy it was
+  (:class:`~lightning_hybrid.parameter_server.load.ServerLoad`).
 
 A failing request is answered with ``Refused`` (the error's text), then the server exits with the
 error. It also exits when the process that started it dies.
@@ -57,6 +58,7 @@ from lightning_hybrid.parameter_server import channel
 from lightning_hybrid.parameter_server.adoption import adopter, shares_of
 from lightning_hybrid.parameter_server.channel import Payload, WorkerLostError
 from lightning_hybrid.parameter_server.dispenser import ChunkDispenser
+from lightning_hybrid.parameter_server.load import LoadMeter
 from lightning_hybrid.parameter_server.protocol import (
     Bye, Chunk, Finish, GetState, Init, Initialized, Message, NextChunk, Parameters, Push, Refused, ServerSettings,
     Shutdown, State,
@@ -87,13 +89,14 @@ class ParameterServer:
 
     def __init__(self, pg, num_workers: int, staleness: float, sync: str, rule: UpdateRule | None = None,
                  max_steps: int = -1, step_patience: float = 0.0, on_worker_failure: str = "stop",
-                 pushes_follow_workers: bool = False, batch_mode: bool = False) -> None:
-        self.inbox = channel.Inbox(pg, num_workers)
+                 pushes_follow_workers: bool = False, batch_mode: bool = False, num_params: int = 0) -> None:
+        self.inbox = channel.Inbox(pg, num_workers, num_params)
         self.num_workers = num_workers
         self.controller = SyncController(num_workers, staleness, sync)
         self.rule = rule or UpdateRule()
         self.max_steps = max_steps
         self.waits = StepWaits(num_workers, step_patience)
+        self.load = LoadMeter()
         self._configured_momentum: list[float | None] = []
         self.opt: Optimization | None = None
         self.dispenser: ChunkDispenser | None = None
@@ -209,6 +212,7 @@ class ParameterServer:
 
     def handle_push(self, worker: int, request: Push, payload: Payload) -> None:
         self.waits.pushed(worker, time.monotonic())
+        self.load.pushed()
         lrs = payload.take(torch.float64, request.num_groups)
         grads = payload.take(torch.float32, request.numel)  # a view of the mailbox: used before the next receive
         opt = self._optimization(worker)
@@ -343,6 +347,7 @@ class ParameterServer:
                 group["momentum"] = self.rule.momentum(configured)
         self.opt.optimizer.step()
         self.version += 1
+        self.load.stepped()
 
     def _apply(self, decision: Decision, pusher: int | None = None) -> None:
         opt = self.opt
@@ -390,13 +395,16 @@ class ParameterServer:
                 continue
             worker, request, payload = received
             if isinstance(request, Shutdown):
-                self._reply(worker, Bye())
+                load = self.load.report()
+                log.info("served %s", load.describe())
+                self._reply(worker, Bye.of(load))
                 return
             try:
                 handler = handlers.get(type(request))
                 if handler is None:
                     raise RuntimeError(f"{type(request).__name__} is not a request")
-                handler(worker, request, payload)
+                with self.load.handling():
+                    handler(worker, request, payload)
                 self._lose_unreachable()
             except Exception as err:
                 self._refuse(worker, f"{type(err).__name__}: {err}")
@@ -467,7 +475,7 @@ def run(settings: ServerSettings) -> None:
                       restart_steps=settings.restart_steps)
     ParameterServer(pg, settings.workers, settings.staleness, settings.sync, rule, settings.max_steps,
                     settings.step_patience, settings.on_worker_failure, settings.pushes_follow_workers,
-                    settings.batch_mode).serve()
+                    settings.batch_mode, settings.num_params).serve()
     # Shut down: nothing is left to clean up, and a normal interpreter exit with the channel's
     # receive threads still blocked in gloo aborts ("terminate called without an active exception").
     logging.shutdown()

@@ -31,6 +31,7 @@ from lightning_hybrid.comm.flat import copy_into, flatten, gradients
 from lightning_hybrid.comm.regroup import live_ranks, regroup
 from lightning_hybrid.parameter_server.channel import open_channel
 from lightning_hybrid.parameter_server.client import ParameterServerClient, PullInfo
+from lightning_hybrid.parameter_server.load import ServerLoad
 from lightning_hybrid.parameter_server.protocol import WORKER_FAILURE_MODES, ServerSettings
 from lightning_hybrid.parameter_server.server import run as run_server
 from lightning_hybrid.parameter_server.server import start_server
@@ -122,6 +123,8 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
         self.history: list[list[WorkerEpochStats]] = []
         #: Seconds this worker has spent blocked on the server (the simulator does not stretch them).
         self.communication_wait_s = 0.0
+        #: Global rank 0, after fitting: what the server did and how busy it was (its ``Bye``).
+        self.server_load: ServerLoad | None = None
         self._server: subprocess.Popen | ForkedProcess | None = None
         self._standby_server: Standby | None = None  # fork_ranks: the server process, forked at launch
         self._params: list[torch.Tensor] = []
@@ -224,7 +227,7 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
             host=str(env.main_address), port=int(env.main_port), prefix=f"lightning_hybrid/ps/{next(_SESSIONS)}/",
             workers=self.num_workers, staleness=self.staleness, sync=self.sync, timeout=self.timeout,
             max_steps=self.max_steps, on_worker_failure=self.on_worker_failure, batch_mode=self.batch_mode,
-            **self._update_rule(),
+            num_params=self._flat.numel(), **self._update_rule(),
         )
         self._channel_prefix = settings.prefix
         if self.global_rank == 0:
@@ -389,25 +392,28 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
         self.sync_point()
         super().barrier("ps-end")  # every worker is done with the server
         if self.global_rank == 0:
-            self._stop_server(self.client.shutdown)
+            self.server_load = self._stop_server(self.client.shutdown)
+            if self.server_load is not None:
+                log.info("parameter server: %s", self.server_load.describe())
         # The others leave only now: a worker whose connection closes while the server still serves
         # reads to the server as a worker that died.
         super().barrier("ps-ended")
         self.client = None
 
-    def _stop_server(self, ask_to_end: Callable[[], Any]) -> None:
+    def _stop_server(self, ask_to_end: Callable[[], Any]) -> Any:
         """End the server on purpose: stop watching it (its exit is no death to report), ``ask_to_end()``,
-        wait for it, kill it if it does not end."""
+        wait for it, kill it if it does not end; what ``ask_to_end()`` returned."""
         if self._server is None:
-            return
+            return None
         if self.process_watch is not None:
             self.process_watch.forget(self._server)
-        ask_to_end()
+        answer = ask_to_end()
         try:
             self._server.wait(timeout=30)
         except subprocess.TimeoutExpired:
             self._server.kill()
         self._server = None
+        return answer
 
     # ------------------------------------------------------------------ Lightning's collectives
     def _workers_meet(self) -> bool:

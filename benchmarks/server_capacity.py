@@ -1,0 +1,137 @@
+"""How many workers one parameter server can serve: its CPU time per push, against a worker's.
+
+Starts the real server process (as SSPStrategy does) for ``--workers`` worker processes that push
+gradients of ``--params`` float32 values as fast as they can (no model: the server's side of a
+push only), fully asynchronous, and reads the server's own report at shutdown
+(:class:`~lightning_hybrid.parameter_server.load.ServerLoad`): its CPU time per push. Beside it,
+LeNet-5's forward and backward pass on a batch of 64 MNIST-sized images on one core: the time a
+worker takes per push. Their ratio is the number of LeNet-5 workers that would keep one server's
+CPU busy all the time.
+
+Three sizes or more separate what a push costs per value (copying, the optimizer: the slope
+between the two largest) from what it costs per message (headers, wake-ups, Python: the rest of the
+smallest one's cost). Sharding the parameters over ``k`` servers divides only the per-value part:
+every shard still receives and answers every push.
+
+    python benchmarks/server_capacity.py --workers 1 2 --params 61706 1000000 4000000 --pushes 400
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import socket
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+
+from lightning_hybrid.models import LeNet5
+from lightning_hybrid.parameter_server.channel import open_channel
+from lightning_hybrid.parameter_server.client import ParameterServerClient
+from lightning_hybrid.parameter_server.load import ServerLoad
+from lightning_hybrid.parameter_server.protocol import ServerSettings
+from lightning_hybrid.parameter_server.server import start_server
+
+
+LENET5_PARAMS = 61706
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def worker(port: int, rank: int, workers: int, params: int, pushes: int, ready, results) -> None:
+    torch.set_num_threads(1)
+    client = ParameterServerClient(open_channel("127.0.0.1", port, "cap/", rank + 1, workers + 1, 60), rank)
+    out = torch.empty(params)
+    if rank == 0:
+        weights = torch.nn.Parameter(torch.zeros(params))
+        client.init(torch.optim.SGD([weights], lr=0.01, momentum=0.9))
+    ready.wait()
+    grad = torch.randn(params) * 1e-3
+    start = time.perf_counter()
+    for _ in range(pushes):
+        client.push(grad, [0.01], out)
+    results.put((rank, time.perf_counter() - start))
+    ready.wait()  # every worker is done pushing before worker 0 ends the server
+    if rank == 0:
+        results.put(("load", client.shutdown()))
+
+
+def measure(workers: int, params: int, pushes: int) -> tuple[ServerLoad, float]:
+    """The server's load and the pushes per second all workers together got through."""
+    port = free_port()
+    store = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
+    # SSPStrategy's default update rule: one step per push of each worker, staleness-weighted, momentum corrected
+    settings = ServerSettings("127.0.0.1", port, "cap/", workers=workers, staleness=float("inf"), timeout=60,
+                              pushes_per_update=workers, staleness_lr=True, momentum_correction=True, restart_steps=10,
+                              num_params=params)
+    server = start_server(settings)
+    ctx = mp.get_context("spawn")
+    ready, results = ctx.Barrier(workers), ctx.Queue()
+    procs = [ctx.Process(target=worker, args=(port, r, workers, params, pushes, ready, results)) for r in range(workers)]
+    for p in procs:
+        p.start()
+    got = dict(results.get(timeout=600) for _ in range(workers + 1))
+    for p in procs:
+        p.join(timeout=60)
+    server.wait(timeout=60)
+    del store
+    slowest = max(v for k, v in got.items() if k != "load")
+    return got["load"], workers * pushes / slowest
+
+
+def lenet5_seconds_per_batch(batch: int = 64, repeats: int = 30) -> float:
+    """Median time of LeNet-5's forward and backward pass on one core (a worker's time per push)."""
+    torch.set_num_threads(1)
+    net, x, y = LeNet5(), torch.randn(batch, 1, 28, 28), torch.randint(0, 10, (batch,))
+    times = []
+    for _ in range(repeats + 5):
+        start = time.perf_counter()
+        net.zero_grad()
+        torch.nn.functional.cross_entropy(net(x), y).backward()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times[5:])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--params", type=int, nargs="+", default=[LENET5_PARAMS, 1_000_000, 4_000_000])
+    parser.add_argument("--pushes", type=int, default=400, help="pushes per worker")
+    args = parser.parse_args()
+
+    worker_s = lenet5_seconds_per_batch()
+    print(f"LeNet-5 forward + backward, batch 64, one core: {1e3 * worker_s:.2f} ms (a worker's time per push)\n")
+    print("| workers | parameters | pushes/s (all workers) | server CPU per push (ms) | server busy | "
+          "LeNet-5 workers to saturate one server |")
+    print("|---|---|---|---|---|---|")
+    per_size: dict[int, list[float]] = {}
+    for workers in args.workers:
+        for params in args.params:
+            load, rate = measure(workers, params, args.pushes)
+            per_size.setdefault(params, []).append(load.cpu_ms_per_push)
+            saturate = f"{load.workers_to_saturate(worker_s):.0f}" if params == LENET5_PARAMS else "-"
+            print(f"| {workers} | {params:,} | {rate:.0f} | {load.cpu_ms_per_push:.3f} | "
+                  f"{100 * load.busy_fraction:.0f} % | {saturate} |", flush=True)
+    if len(per_size) >= 3:
+        sizes = sorted(per_size)
+        cost = {p: statistics.median(per_size[p]) for p in sizes}
+        # The per-value part from the two largest models, the rest of the smallest's cost is per message.
+        per_value = (cost[sizes[-1]] - cost[sizes[-2]]) / (sizes[-1] - sizes[-2])
+        per_message = cost[sizes[0]] - per_value * sizes[0]
+        print(f"\nserver CPU per push ~ {per_message:.3f} ms per message + {1e6 * per_value:.3f} ms per million parameters")
+        if LENET5_PARAMS in cost:
+            # Every shard receives and answers every push: k shards divide the per-value part only.
+            for k in (1, 2, 4):
+                shard = per_message + per_value * LENET5_PARAMS / k
+                print(f"  {k} server(s), LeNet-5: {shard:.3f} ms per push on each -> "
+                      f"{1e3 * worker_s / shard:.0f} LeNet-5 workers to saturate them")
+
+
+if __name__ == "__main__":
+    main()
