@@ -173,6 +173,7 @@ def test_validation_every_second_epoch(tmp_path, strategy):
         (dict(sync="eventually"), "unknown sync mode"),
         (dict(timeout=0), "timeout must be a positive"),
         (dict(restart_steps=-3), "restart_steps must be a non-negative integer"),
+        (dict(momentum_correction="halve"), "momentum_correction must be one of 'mean_delay', 'subtract'"),
     ],
 )
 def test_bad_arguments(kwargs, match):

@@ -25,17 +25,31 @@ def test_stale_gradients_count_less():
     torch.testing.assert_close(plain.take_average(), torch.tensor([4.0]))
 
 
-def test_momentum_is_lowered_by_the_implicit_momentum_of_the_staleness():
+def test_momentum_keeps_the_mean_delay_of_the_update():
     rule = UpdateRule(momentum_correction=True, staleness_decay=1.0)  # the mean is the last staleness
+    assert rule.momentum_correction == "mean_delay"
+    rule.add(torch.zeros(1), staleness=1)
+    # momentum 0.9 delays a gradient by 9 steps on average; 1 step of staleness leaves 8: 8 / 9
+    assert rule.momentum(0.9) == pytest.approx(8 / 9)
+    assert rule.momentum(0.5) == 0.0  # a mean delay of 1 step, all of it the staleness's
+    rule.add(torch.zeros(1), staleness=4)
+    assert rule.momentum(0.9) == pytest.approx(5 / 6)
+    rule.add(torch.zeros(1), staleness=12)
+    assert rule.momentum(0.9) == 0.0  # never below zero
+    assert rule.momentum(0.0) == 0.0
+    assert UpdateRule(staleness_decay=1.0).momentum(0.9) == 0.9  # switched off
+
+
+def test_momentum_minus_the_implicit_momentum_when_asked_to_subtract():
+    rule = UpdateRule(momentum_correction="subtract", staleness_decay=1.0)
     rule.add(torch.zeros(1), staleness=1)
     assert rule.momentum(0.9) == pytest.approx(0.9 - 1 / 2)  # E[tau] = 1: implicit momentum 1/2
     rule.add(torch.zeros(1), staleness=9)
     assert rule.momentum(0.9) == 0.0  # never below zero
-    assert UpdateRule(staleness_decay=1.0).momentum(0.9) == 0.9  # switched off
 
 
 def test_staleness_of_the_restart_after_a_sync_is_not_counted():
-    rule = UpdateRule(momentum_correction=True, staleness_decay=1.0, restart_steps=2)
+    rule = UpdateRule(momentum_correction="subtract", staleness_decay=1.0, restart_steps=2)
     for _ in range(2):  # the first two steps of the run: a restart
         assert rule.add(torch.zeros(1), staleness=1)
         rule.take_average()
@@ -46,7 +60,7 @@ def test_staleness_of_the_restart_after_a_sync_is_not_counted():
     rule.synchronized()  # a global sync: the next two steps are a restart again
     rule.add(torch.zeros(1), staleness=3)
     assert rule.momentum(0.9) == pytest.approx(0.4)  # unchanged by the restart's push
-    counts_all = UpdateRule(momentum_correction=True, staleness_decay=1.0)  # restart_steps=0: every push counts
+    counts_all = UpdateRule(momentum_correction="subtract", staleness_decay=1.0)  # restart_steps=0: every push counts
     counts_all.add(torch.zeros(1), staleness=1)
     assert counts_all.momentum(0.9) == pytest.approx(0.4)
 
@@ -59,7 +73,7 @@ def test_weights_count_samples_of_a_push():
 
 
 @pytest.mark.parametrize("kwargs", [dict(pushes_per_update=0), dict(pushes_per_update=True), dict(staleness_decay=0),
-                                    dict(restart_steps=-1), dict(restart_steps=1.5)])
+                                    dict(restart_steps=-1), dict(restart_steps=1.5), dict(momentum_correction="halve")])
 def test_bad_settings(kwargs):
     with pytest.raises(ValueError):
         UpdateRule(**kwargs)

@@ -280,7 +280,7 @@ class ServerSettings:
     timeout: float = 1800.0
     pushes_per_update: int = 1
     staleness_lr: bool = False
-    momentum_correction: bool = False
+    momentum_correction: bool | str = False
     restart_steps: int = 0
     max_steps: int = -1
     step_patience: float = 0.0

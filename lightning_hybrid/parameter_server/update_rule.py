@@ -14,27 +14,26 @@ switchable for comparison:
   computed ``tau`` optimizer steps ago counts ``1 / tau`` (``tau >= 1``) in the average, so very stale
   gradients move the parameters less. A gradient at most one step old counts fully.
 * **Momentum corrected for asynchrony** (``momentum_correction``; Mitliagkas, Zhang, Hadjis, Re 2016,
-  "Asynchrony begets momentum"): staleness acts like extra momentum; with a mean staleness of
-  ``E[tau]`` steps (geometric) the implicit momentum is ``E[tau] / (1 + E[tau])``. The server lowers
-  the optimizer's explicit momentum (SGD's ``momentum``) by that much, never below 0, so the total
-  stays the momentum the user configured. ``E[tau]`` is a running mean of the measured staleness,
-  each weighted as its gradient is in the step (a gradient that counts ``1 / tau`` adds less).
-  Measured (LeNet-5, MNIST, 2 workers, momentum 0.9, one 4x slower): without it SSP never reached
-  98% test accuracy in 8 epochs (2 seeds); with it, in 5-7. Counting only gradients two or more
-  steps old (leaving the occasional one-step-old gradient of workers that keep pace out) was
-  tried and lost that: 1 of 3 seeds reached 98%.
-  What it costs: lowering ``mu`` also shrinks ``lr / (1 - mu)``, the step momentum SGD takes in the
-  long run. Without stragglers only the restarts after each sync leave a few gradients one step old
-  (the workers resume at different moments), yet counting them cost about half an epoch (10 seeds,
-  lr 0.02: test accuracy after 2 short epochs 0.9537 +- 0.0024 against DDP's 0.9604 +- 0.0018 and
-  0.9606 +- 0.0014 without the correction). So the staleness of the pushes in the first
-  ``restart_steps`` steps after each global synchronization (:meth:`synchronized`) is left out of the
-  mean: a transient of the restart, not the steady asynchrony the correction is for. With 10: 0.9614
-  +- 0.0015, DDP's. Raising the step's rate to keep ``lr / (1 - mu)`` instead was tried: it gave
-  DDP's 0.9602 +- 0.0013 there, but at lr 0.05 it lost the straggler case (98% not reached in 10
-  epochs by any of 3 seeds; 6 epochs with the momentum lowered alone) and stalled one seed of 3 at
-  0.94 without stragglers, so it was not kept: under persistent staleness the smaller steps are
-  what pays.
+  "Asynchrony begets momentum"): staleness acts like extra momentum. Momentum ``mu`` applies each
+  gradient, on average, ``mu / (1 - mu)`` steps after it was computed; a gradient ``tau`` steps
+  stale arrives ``tau`` steps late on top. The default (``"mean_delay"``) lowers SGD's momentum so
+  that the mean delay of the whole update stays the configured one:
+  ``mu' / (1 - mu') = mu / (1 - mu) - E[tau]`` (never below 0), where ``E[tau]`` is a running mean of
+  the measured staleness, each weighted as its gradient is in the step (a gradient that counts
+  ``1 / tau`` adds less). At ``mu = 0.9`` (a mean delay of 9 steps) a mean staleness of 0.25 gives
+  ``mu' = 0.897``: a gradient or two of the restart after a sync, or a straggler's, hardly matter; a
+  fully asynchronous run whose gradients are 4 steps stale on average gets ``mu' = 0.83``, one 9 or
+  more steps stale none. ``"subtract"`` is the paper's first-order reading, ``mu' = mu - E[tau] / (1 +
+  E[tau])`` (the implicit momentum of a geometric staleness), the rule before 2026-11-24: at
+  ``mu = 0.9`` it removes far more (0.7 for the same 0.25), which also shrinks the long-run step
+  ``lr / (1 - mu)`` threefold. Measured (LeNet-5, MNIST, batch 64 per worker, lr 0.02, momentum
+  0.9, one worker 4x slower, 3 seeds, one invocation each): epochs to 98 % test accuracy, DDP 5,
+  ``"mean_delay"`` 7 (2 workers) and 6 (4 workers), ``"subtract"`` 11 and 9. At lr 0.05, a rate at
+  which DDP's own crossing of 98 % spreads over 4-10 epochs, the subtraction's smaller step helped
+  at 2 workers (6 epochs against 7): a learning-rate cut, not a correction for asynchrony.
+  The staleness of the pushes in the first ``restart_steps`` steps after each global
+  synchronization (:meth:`synchronized`) is left out of the mean: a transient of the restart, not
+  the steady asynchrony the correction is for.
 
 With ``pushes_per_update=1``, ``staleness_lr=False`` and ``momentum_correction=False`` every push is
 a step at the user's learning rate and momentum (the rule before, and Zhang et al. 2017's).
@@ -55,6 +54,9 @@ from dataclasses import dataclass, field
 
 import torch
 
+#: How ``momentum_correction`` lowers SGD's momentum (see the module docstring); ``True`` is the first.
+MOMENTUM_CORRECTIONS = ("mean_delay", "subtract")
+
 
 @dataclass
 class UpdateRule:
@@ -64,7 +66,8 @@ class UpdateRule:
         pushes_per_update: pushes (each weighted by its ``weight``: 1 per mini-batch) averaged into one
             optimizer step.
         staleness_lr: weight each gradient by ``1 / max(1, staleness)``.
-        momentum_correction: lower SGD's momentum by the implicit momentum of the measured staleness.
+        momentum_correction: lower SGD's momentum for the measured staleness: ``"mean_delay"`` (or
+            ``True``), ``"subtract"``, or ``False`` (see the module docstring).
         staleness_decay: weight of the newest staleness in its running mean.
         restart_steps: steps after each global synchronization (and after the start) whose pushes'
             staleness the running mean leaves out.
@@ -72,7 +75,7 @@ class UpdateRule:
 
     pushes_per_update: int = 1
     staleness_lr: bool = False
-    momentum_correction: bool = False
+    momentum_correction: bool | str = False
     staleness_decay: float = 0.05
     restart_steps: int = 0
     mean_staleness: float = field(default=0.0, init=False)
@@ -87,6 +90,13 @@ class UpdateRule:
             raise ValueError(f"pushes_per_update must be a positive integer, got {self.pushes_per_update!r}")
         if not 0 < self.staleness_decay <= 1:
             raise ValueError(f"staleness_decay must be in (0, 1], got {self.staleness_decay}")
+        if self.momentum_correction is True:
+            self.momentum_correction = MOMENTUM_CORRECTIONS[0]
+        if self.momentum_correction is not False and self.momentum_correction not in MOMENTUM_CORRECTIONS:
+            raise ValueError(
+                f"momentum_correction must be one of {', '.join(map(repr, MOMENTUM_CORRECTIONS))}, True or False, "
+                f"got {self.momentum_correction!r}"
+            )
         if isinstance(self.restart_steps, bool) or not isinstance(self.restart_steps, int) or self.restart_steps < 0:
             raise ValueError(f"restart_steps must be a non-negative integer, got {self.restart_steps!r}")
 
@@ -126,7 +136,9 @@ class UpdateRule:
 
     def momentum(self, configured: float) -> float:
         """The explicit momentum to use for a configured one."""
-        if not self.momentum_correction:
+        if not self.momentum_correction or configured >= 1.0:
             return configured
-        implicit = self.mean_staleness / (1.0 + self.mean_staleness)
-        return max(0.0, configured - implicit)
+        if self.momentum_correction == "subtract":
+            return max(0.0, configured - self.mean_staleness / (1.0 + self.mean_staleness))
+        delay = configured / (1.0 - configured) - self.mean_staleness  # the mean delay left to momentum
+        return delay / (1.0 + delay) if delay > 0 else 0.0

@@ -83,8 +83,10 @@ class SSPStrategy(ParameterServerStrategy):
             ``configure_optimizers`` means what it means under DDP: the rate of one step on
             ``workers x batch`` samples); ``1``: every push is a step.
         staleness_lr: weight each pushed gradient by ``1 / staleness`` (in server steps; Zhang et al. 2016).
-        momentum_correction: lower SGD's momentum by the implicit momentum of the measured staleness
-            (Mitliagkas et al. 2016). See :mod:`lightning_hybrid.parameter_server.update_rule`.
+        momentum_correction: lower SGD's momentum for the measured staleness (Mitliagkas et al. 2016):
+            ``"mean_delay"`` (or ``True``: the update's mean delay stays the configured momentum's),
+            ``"subtract"`` (the implicit momentum subtracted: the rule before, a far larger cut) or
+            ``False``. See :mod:`lightning_hybrid.parameter_server.update_rule`.
         restart_steps: the momentum correction leaves out the staleness of the gradients pushed in
             this many server steps after each global synchronization (the workers resume at
             different moments: a transient, not the asynchrony the correction is for). 0: count all.
@@ -159,7 +161,7 @@ class SSPStrategy(ParameterServerStrategy):
         timeout: float = 300.0,
         pushes_per_update: int | None = None,
         staleness_lr: bool = True,
-        momentum_correction: bool = True,
+        momentum_correction: bool | str = True,
         restart_steps: int = 10,
         overlap: bool = False,
         step_patience: float = 1.0,
@@ -170,10 +172,11 @@ class SSPStrategy(ParameterServerStrategy):
         self.staleness = validate_staleness(staleness, sync)
         self.sync = sync
         # the server builds the rule; a bad value is a ValueError now, before any process starts
-        UpdateRule(1 if pushes_per_update is None else pushes_per_update, restart_steps=restart_steps)
+        rule = UpdateRule(1 if pushes_per_update is None else pushes_per_update,
+                          momentum_correction=momentum_correction, restart_steps=restart_steps)
         self.pushes_per_update = pushes_per_update
         self.staleness_lr = bool(staleness_lr)
-        self.momentum_correction = bool(momentum_correction)
+        self.momentum_correction = rule.momentum_correction
         self.restart_steps = restart_steps
         self.overlap = bool(overlap)
         if not step_patience >= 0:
