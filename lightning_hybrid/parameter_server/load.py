@@ -3,10 +3,11 @@
 The server measures itself (:class:`LoadMeter`) and reports at shutdown (:class:`ServerLoad`, in
 the ``Bye`` reply), from the end of its first optimizer step on: the pushes it served, the steps it
 took, its wall-clock time, the time it spent handling requests (the rest it waited for them), and
-its CPU time (every thread: the request loop and the threads that receive into the mailbox). One server is a bottleneck when its
-CPU time per push approaches a worker's time per push divided by the number of workers:
-:meth:`ServerLoad.workers_to_saturate` gives the worker count at which it would be busy all the
-time. Sharding the parameters over several server processes pays only near that count.
+its CPU time (every thread: the request loop and the threads that receive into the mailbox). One
+server is a bottleneck when its CPU time per push approaches a worker's time per push divided by the
+number of workers: :meth:`ServerLoad.workers_to_saturate` gives the worker count at which it would
+be busy all the time. Sharding the parameters over several server processes pays only near that
+count.
 
 Example::
 
