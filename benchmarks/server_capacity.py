@@ -35,7 +35,7 @@ from lightning_hybrid.parameter_server.protocol import ServerSettings
 from lightning_hybrid.parameter_server.server import start_server
 
 
-LENET5_PARAMS = 61706
+LENET5_PARAMS = sum(p.numel() for p in LeNet5().parameters())  # 61,706
 
 
 def free_port() -> int:

@@ -66,18 +66,18 @@ def train(pattern: str, seed: int, data, test, steps: int, lr: float, momentum: 
             p.grad = g
         optimizer.step()
 
+    straggler = PATTERNS[pattern]
     accuracies, taken = [], 0
     while taken < steps:
-        cycle_start = copy.deepcopy(net)  # the parameters the straggler reads at the sync
+        stale_at = copy.deepcopy(net) if straggler and straggler[1] else net  # what the straggler read at the sync
         for half in (0, 1):
             first = grad_at(net)
-            if PATTERNS[pattern] is None or half == 0:
+            if straggler is None or half == 0:
                 second = grad_at(net)
                 step([(a + b) / 2 for a, b in zip(first, second)])
             else:
-                weight, stale = PATTERNS[pattern]
-                second = grad_at(cycle_start if stale else net)
-                step([(a + weight * b) / 2 for a, b in zip(first, second)])
+                second = grad_at(stale_at)
+                step([(a + straggler[0] * b) / 2 for a, b in zip(first, second)])
             taken += 1
             if taken % 100 == 0:
                 with torch.no_grad():
