@@ -11,14 +11,33 @@ training started (`time/elapsed_s`). The first contender is the
 reference for the ratios (DDP by default). A claim of "faster" is made on medians over the seeds,
 with the range beside them.
 
-    python benchmarks/time_to_accuracy.py --data-root ../shared/data/mnist --target 0.98 --seeds 0 1 2 \\
-        --scenario "none:sim=default" --scenario "persistent:sim.slowdown=[1.0,4.0]" \\
-        --scenario "transient:sim=stragglers"
+The straggler grid (`--sources`, `--patterns`): where a rank's time goes, crossed with how it is slow.
+
+* sources: `compute` (the simulator stretches forward/backward), `after_step` (a sleep after the
+  optimizer step), `data` (the rank's DataLoader delivers later), `contention` (real CPU contention:
+  the straggler rank pinned to a core that CPU-bound competitor processes share, started and stopped
+  here around each run, `lightning_hybrid.sim.Competitor`: no strategy can know where the time goes).
+* patterns: `none`, `persistent` (the last rank 4x slower; contention: one competitor on its core,
+  about 2x), `transient` (every rank 8x slower with probability 0.1 per step; contention: seven
+  competitors on each rank's core, running in random 50 ms spells with probability 0.1).
+
+With `--lrs`, each contender first runs a learning-rate sweep without stragglers (same seeds) and
+keeps its best rate (the shortest median time to the highest target) for the whole grid; the sweep's
+table is printed. With `--batches-per-epoch` short epochs, accuracy is measured often.
+
+    python benchmarks/time_to_accuracy.py --data-root ../shared/data/mnist --model lenet5 --target 0.98 \
+        --seeds 0 1 2 --lrs 0.01 0.02 0.05 --sources compute after_step data contention \
+        --patterns none persistent transient --contender-set grid
+
+    python benchmarks/time_to_accuracy.py --data-root ../shared/data/mnist --target 0.98 --seeds 0 1 2 \
+        --scenario "none:sim=default" --scenario "persistent:sim.slowdown=[1.0,4.0]"   # scenarios by hand
 
 Writes, per scenario, to --out (benchmarks/results/ by default): time_to_accuracy_<scenario>.csv
-(every epoch of every run), .png (accuracy against wall-clock time, seed 0) and .md (the tables: time to
-each target, and the mean test accuracy after each epoch, which says how much an epoch of each
-contender is worth with less noise than a crossing time; pass --no-early-stop and several seeds for it).
+(every epoch of every run), .png (accuracy against wall-clock time and against epochs, seed 0, with
+matplotlib) and .md (the tables: time to each target, and the mean test accuracy after each epoch,
+which says how much an epoch of each contender is worth with less noise than a crossing time; pass
+--no-early-stop and several seeds for it); the grid's summary (speed-up of every contender in every
+scenario) in time_to_accuracy_grid_<model>.md.
 """
 
 from __future__ import annotations
@@ -32,13 +51,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
-# Every contender runs the optimizer config's learning rate (0.05, momentum 0.9; the recipe passes
-# `--extra optimizer.lr=0.02`, where DDP's own crossing of 98 % is less erratic): under DDP it is
+# Every contender runs the optimizer config's learning rate unless --lrs sweeps it: under DDP it is
 # the rate of one step on the 2 x 64 samples of the global batch; SSPStrategy's default update rule
 # averages one push per worker into each step, which gives it the same meaning. `ssp_per_push_s3` is
-# the earlier rule (every push a step, at lr 0.025: half the default 0.05) for comparison.
+# the earlier rule (every push a step, at half the rate) for comparison.
 DEFAULT_CONTENDERS = [
     "ddp:strategy=ddp",
     "balanced:strategy=balanced",
@@ -48,6 +67,70 @@ DEFAULT_CONTENDERS = [
     "ssp_per_push_s3:strategy=ssp,strategy.staleness=3,strategy.pushes_per_update=1,strategy.staleness_lr=false,"
     "strategy.momentum_correction=false,optimizer.lr=0.025",
 ]
+#: The straggler grid's contenders: what a user would pick, each with its defaults.
+GRID_CONTENDERS = [
+    "ddp:strategy=ddp",
+    "balanced:strategy=balanced",
+    "ssp:strategy=ssp",
+    "ssp_async:strategy=ssp_async",
+    "allreduce_asgd:strategy=allreduce_asgd",
+]
+CONTENDER_SETS = {"default": DEFAULT_CONTENDERS, "grid": GRID_CONTENDERS}
+
+SOURCES = ("compute", "after_step", "data", "contention")
+PATTERNS = ("none", "persistent", "transient")
+#: The persistent straggler's slowdown, and the transient stragglers' (with their probability).
+PERSISTENT_FACTOR, TRANSIENT_FACTOR, TRANSIENT_PROB = 4.0, 8.0, 0.1
+#: Contention: competitors on the straggler's core (persistent: about 2x), on every core in spells (transient: 8x).
+PERSISTENT_COMPETITORS, TRANSIENT_COMPETITORS, SPELL_S = 1, 7, 0.05
+
+
+class Scenario:
+    """A named heterogeneity: overrides for the simulator, and for real contention the competitors to
+    start around each run (``(cores, processes, duty)`` each)."""
+
+    def __init__(self, name: str, overrides: list[str], competitors: list[tuple[list[int], int, float]] | None = None,
+                 slowdown: float = 1.0) -> None:
+        self.name, self.overrides, self.competitors, self.slowdown = name, overrides, competitors or [], slowdown
+
+    def contention(self, seed: int) -> ExitStack:
+        """A context that runs this scenario's competitors (nothing for a simulated one)."""
+        from lightning_hybrid.sim import Competitor
+
+        stack = ExitStack()
+        for k, (cores, processes, duty) in enumerate(self.competitors):
+            stack.enter_context(Competitor(cores, processes, duty=duty, period_s=SPELL_S, seed=1000 * seed + k))
+        return stack
+
+
+def grid_scenarios(sources: list[str], patterns: list[str], devices: int) -> list[Scenario]:
+    """The scenarios of sources x patterns (``none`` once): the last rank is the persistent straggler."""
+    scenarios = []
+    if "none" in patterns:
+        scenarios.append(Scenario("none", ["sim=default"]))
+    last = devices - 1
+    for source in sources:
+        for pattern in patterns:
+            if pattern == "none":
+                continue
+            name = f"{source}_{pattern}"
+            if source == "contention":
+                if pattern == "persistent":
+                    pins = ",".join(["null"] * last + [f"[{last}]"])
+                    scenarios.append(Scenario(name, [f"sim.affinity=[{pins}]"], [([last], PERSISTENT_COMPETITORS, 1.0)],
+                                              slowdown=PERSISTENT_COMPETITORS + 1.0))
+                else:
+                    pins = ",".join(f"[{r}]" for r in range(devices))
+                    scenarios.append(Scenario(name, [f"sim.affinity=[{pins}]"],
+                                              [([r], TRANSIENT_COMPETITORS, TRANSIENT_PROB) for r in range(devices)]))
+            elif pattern == "persistent":
+                factors = ",".join(["1.0"] * last + [str(PERSISTENT_FACTOR)])
+                scenarios.append(Scenario(name, [f"sim.slowdown=[{factors}]", f"sim.where={source}"],
+                                          slowdown=PERSISTENT_FACTOR))
+            else:
+                scenarios.append(Scenario(name, [f"sim.straggle_prob={TRANSIENT_PROB}",
+                                                 f"sim.straggle_factor={TRANSIENT_FACTOR}", f"sim.where={source}"]))
+    return scenarios
 
 
 def split_overrides(text: str) -> list[str]:
@@ -94,11 +177,14 @@ def seconds_per_epoch(curve: list[dict[str, float]]) -> float:
     return curve[-1]["elapsed_s"] / len(curve) if curve else float("nan")
 
 
-def run(name: str, overrides: list[str], common: list[str], workdir: Path, clock: str) -> list[dict[str, float]]:
+def run(name: str, overrides: list[str], common: list[str], workdir: Path, clock: str,
+        contention: ExitStack | None = None) -> list[dict[str, float]]:
+    """One training run through the CLI (inside ``contention``: competitors running); its curve."""
     run_dir = workdir / name
     cmd = [sys.executable, "-m", "lightning_hybrid.cli", *common, *overrides, f"hydra.run.dir={run_dir}"]
-    print(f"[{name}] {' '.join(common + overrides)}", file=sys.stderr, flush=True)
-    proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    print(f"[{name}] {' '.join(overrides)}", file=sys.stderr, flush=True)
+    with contention or ExitStack():
+        proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if proc.returncode != 0:
         print(proc.stderr[-4000:], file=sys.stderr)
         raise SystemExit(f"[{name}] failed with exit code {proc.returncode}")
@@ -139,15 +225,19 @@ def write_outputs(scenario: str, results: dict[str, list[list[dict[str, float]]]
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        fig, ax = plt.subplots(figsize=(7, 4.5))
+        fig, (by_time, by_epoch) = plt.subplots(1, 2, figsize=(11, 4.5), sharey=True)
         for name, curves in results.items():
-            ax.plot([e["elapsed_s"] for e in curves[0]], [e["val_acc"] for e in curves[0]], marker="o", label=name)
-        for target in targets:
-            ax.axhline(target, color="grey", linestyle="--", linewidth=1)
-        ax.set_xlabel("seconds since training started" + (" (validation excluded)" if "training time" in header else ""))
-        ax.set_ylabel("test accuracy")
-        ax.set_title(f"time to accuracy: {scenario} (seed {seeds[0]})")
-        ax.legend(fontsize=8)
+            accuracy = [e["val_acc"] for e in curves[0]]
+            by_time.plot([e["elapsed_s"] for e in curves[0]], accuracy, marker="o", label=name)
+            by_epoch.plot([e["epoch"] + 1 for e in curves[0]], accuracy, marker="o", label=name)
+        for ax in (by_time, by_epoch):
+            for target in targets:
+                ax.axhline(target, color="grey", linestyle="--", linewidth=1)
+        by_time.set_xlabel("seconds since training started" + (" (validation excluded)" if "training time" in header else ""))
+        by_epoch.set_xlabel("epoch")
+        by_time.set_ylabel("test accuracy")
+        fig.suptitle(f"time to accuracy: {scenario} (seed {seeds[0]})")
+        by_epoch.legend(fontsize=8)
         fig.tight_layout()
         fig.savefig(out / f"time_to_accuracy_{scenario}.png", dpi=110)
         plt.close(fig)
@@ -218,9 +308,59 @@ def epoch_accuracy_lines(results: dict[str, list[list[dict[str, float]]]]) -> li
     return lines
 
 
+def best_learning_rates(sweep: dict[str, dict[float, list[list[dict[str, float]]]]], target: float) -> dict[str, float]:
+    """Each contender's rate with the shortest median time to ``target`` (not reached: infinite; ties:
+    the higher median accuracy at the end)."""
+    def key(item: tuple[float, list[list[dict[str, float]]]]) -> tuple[float, float]:
+        stats = summarize(item[1], target)
+        return statistics.median(stats["time"]), -statistics.median(stats["final"])
+
+    return {name: min(by_lr.items(), key=key)[0] for name, by_lr in sweep.items()}
+
+
+def sweep_lines(sweep: dict[str, dict[float, list[list[dict[str, float]]]]], target: float,
+                chosen: dict[str, float]) -> list[str]:
+    lrs = sorted({lr for by_lr in sweep.values() for lr in by_lr})
+    lines = [
+        f"| contender | " + " | ".join(f"lr {lr:g}: time to {target:.0%} (s)" for lr in lrs) + " | chosen |",
+        "|---|" + "---|" * (len(lrs) + 1),
+    ]
+    for name, by_lr in sweep.items():
+        cells = [median_and_range(summarize(by_lr[lr], target)["time"]) if lr in by_lr else "-" for lr in lrs]
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {chosen[name]:g} |")
+    return lines
+
+
+def grid_lines(stats: dict[str, dict[str, list[float]]], scenarios: list[Scenario], names: list[str],
+               target: float) -> list[str]:
+    """One row per scenario: each contender's speed-up against the first (median times), and what a
+    throughput-balanced synchronous DP could reach at most ((f + 1) / 2 for one rank f times slower)."""
+    ref = names[0]
+    lines = [
+        f"| scenario | " + " | ".join(f"{n}" for n in names) + " | balanced's limit (x 0.75) |",
+        "|---|" + "---|" * (len(names) + 1),
+    ]
+    for scenario in scenarios:
+        row = stats[scenario.name]
+        ref_time = statistics.median(row[ref]["time"])
+        cells = []
+        for name in names:
+            median = statistics.median(row[name]["time"])
+            if not math.isfinite(median):
+                cells.append("not reached")
+            elif name == ref:
+                cells.append(f"{median:.1f} s")
+            else:
+                cells.append(f"{ref_time / median:.2f}x" if math.isfinite(ref_time) else f"{median:.1f} s")
+        limit = (scenario.slowdown + 1) / 2 if scenario.slowdown > 1 else 1.0
+        lines.append(f"| {scenario.name} | " + " | ".join(cells) + f" | {limit:.2f}x ({0.75 * limit:.2f}x) |")
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-root", default=None, help="MNIST folder; without it, synthetic data")
+    parser.add_argument("--model", default="lenet5", help="model config (lenet5, mlp, ...)")
     parser.add_argument("--target", type=float, nargs="+", default=[0.98],
                         help="target accuracies (one table each; early stopping at the highest)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="one run per seed (default 0 1 2)")
@@ -236,7 +376,13 @@ def main() -> None:
     )
     parser.add_argument("--devices", type=int, default=2)
     parser.add_argument("--contender", action="append", help="NAME:override,override (repeatable); first = reference")
+    parser.add_argument("--contender-set", choices=sorted(CONTENDER_SETS), default=None,
+                        help="a named list of contenders (grid: ddp, balanced, ssp, ssp_async, allreduce_asgd)")
     parser.add_argument("--scenario", action="append", help="NAME:sim overrides (repeatable)")
+    parser.add_argument("--sources", nargs="+", choices=SOURCES, default=None, help="the straggler grid's sources")
+    parser.add_argument("--patterns", nargs="+", choices=PATTERNS, default=list(PATTERNS), help="the grid's patterns")
+    parser.add_argument("--lrs", type=float, nargs="+", default=None,
+                        help="sweep each contender's learning rate without stragglers first; keep its best")
     parser.add_argument(
         "--clock", choices=["training", "wall"], default="training",
         help="time axis: training time without the validation loops (default), or all wall-clock time",
@@ -247,7 +393,7 @@ def main() -> None:
 
     data = [f"data.root={args.data_root}", "data.val_set=test"] if args.data_root else ["data=synthetic"]
     common = [
-        *data, "model=lenet5", "data.batch_size=64", f"trainer.max_epochs={args.max_epochs}",
+        *data, f"model={args.model}", "data.batch_size=64", f"trainer.max_epochs={args.max_epochs}",
         f"trainer.devices={args.devices}", "trainer.accelerator=cpu", "trainer.enable_progress_bar=false",
         "trainer.num_sanity_val_steps=0", "test=false", "allow_cpu_oversubscription=true",
         *(["callbacks=[epoch_timer]"] if args.no_early_stop else [
@@ -257,23 +403,60 @@ def main() -> None:
         *([f"trainer.limit_train_batches={args.batches_per_epoch}"] if args.batches_per_epoch else []),
         *split_overrides(args.extra),
     ]
-    scenarios = [named(s) for s in (args.scenario or ["persistent:sim.slowdown=[1.0,4.0]", "transient:sim=stragglers"])]
-    contenders = [named(c) for c in (args.contender or DEFAULT_CONTENDERS)]
+    if args.sources:
+        scenarios = grid_scenarios(args.sources, args.patterns, args.devices)
+    else:
+        scenarios = [Scenario(*named(s)) for s in (args.scenario or ["persistent:sim.slowdown=[1.0,4.0]",
+                                                                     "transient:sim=stragglers"])]
+    contenders = [named(c) for c in (args.contender or CONTENDER_SETS[args.contender_set or "default"])]
     header = (
-        f"LeNet-5, {'MNIST' if args.data_root else 'synthetic data'}, batch 64 per worker, {args.devices} workers, "
+        f"{args.model}, {'MNIST' if args.data_root else 'synthetic data'}, batch 64 per worker, {args.devices} workers, "
         f"an 'epoch' = {args.batches_per_epoch} batches per worker, test accuracy after each; "
         f"clock: {'training time, validation excluded' if args.clock == 'training' else 'wall-clock, validation included'}"
     )
     workdir = Path(tempfile.mkdtemp(prefix="lh_tta_"))
     start = time.perf_counter()
+    target = max(args.target)
     try:
-        for scenario, sim in scenarios:
+        if args.lrs:
+            sweep: dict[str, dict[float, list[list[dict[str, float]]]]] = {name: {} for name, _ in contenders}
+            for seed in args.seeds:
+                for lr in args.lrs:
+                    for name, overrides in contenders:
+                        sweep[name].setdefault(lr, []).append(run(
+                            f"sweep_{name}_lr{lr:g}_s{seed}", [f"seed={seed}", "sim=default", *overrides,
+                                                               f"optimizer.lr={lr}"], common, workdir, args.clock))
+            chosen = best_learning_rates(sweep, target)
+            table = "\n".join([f"### learning-rate sweep ({args.model}, no stragglers)", "", header, "",
+                               f"Median over seeds {', '.join(map(str, args.seeds))} [range].", "",
+                               *sweep_lines(sweep, target, chosen)]) + "\n"
+            args.out.mkdir(parents=True, exist_ok=True)
+            (args.out / f"time_to_accuracy_lr_sweep_{args.model}.md").write_text(table)
+            print(table, flush=True)
+            contenders = [(name, [*overrides, f"optimizer.lr={chosen[name]}"]) for name, overrides in contenders]
+        grid: dict[str, dict[str, dict[str, list[float]]]] = {}
+        for scenario in scenarios:
             results: dict[str, list[list[dict[str, float]]]] = {name: [] for name, _ in contenders}
             for seed in args.seeds:  # seeds in the outer loop: a busy spell disturbs every contender alike
                 for name, overrides in contenders:
                     # a contender's own overrides come last, so that they can take something out of the scenario
-                    results[name].append(run(f"{scenario}_{name}_s{seed}", [f"seed={seed}", *sim, *overrides], common, workdir, args.clock))
-            table = write_outputs(scenario, results, args.seeds, args.target, args.out, f"{header}; sim: `{' '.join(sim)}`")
+                    results[name].append(run(f"{scenario.name}_{name}_s{seed}", [f"seed={seed}", *scenario.overrides,
+                                                                                   *overrides], common, workdir,
+                                             args.clock, scenario.contention(seed)))
+            description = f"{header}; sim: `{' '.join(scenario.overrides)}`"
+            if scenario.competitors:
+                description += "; competitors (cores, processes, duty): " + ", ".join(map(str, scenario.competitors))
+            table = write_outputs(scenario.name, results, args.seeds, args.target, args.out, description)
+            print(table, flush=True)
+            grid[scenario.name] = {name: summarize(curves, target) for name, curves in results.items()}
+        if len(scenarios) > 1:
+            names = [name for name, _ in contenders]
+            lines = [f"### time to {target:.0%}: speed-up against {names[0]} ({args.model})", "", header, "",
+                     "Median over seeds " + ", ".join(map(str, args.seeds)) + "; learning rates: "
+                     + ", ".join(f"{name} {next((o for o in reversed(ov) if o.startswith('optimizer.lr=')), 'config')}"
+                                 for name, ov in contenders), "", *grid_lines(grid, scenarios, names, target)]
+            table = "\n".join(lines) + "\n"
+            (args.out / f"time_to_accuracy_grid_{args.model}.md").write_text(table)
             print(table, flush=True)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import logging
+import multiprocessing
+import os
+import statistics
 import time
 from collections.abc import Sequence
 from typing import Any
 
 import pytorch_lightning as pl
+from torch.utils.data import DataLoader
 
-from lightning_hybrid.sim.slowdown import StepStretcher
+from lightning_hybrid.sim.contention import check_cores
+from lightning_hybrid.sim.slowdown import SlowBatches, StepStretcher, check_where
 
 log = logging.getLogger(__name__)
 
@@ -77,33 +82,56 @@ class EpochTimer(pl.Callback):
             pl_module.log("time/training_s", elapsed_since_start - self._validation_s, on_step=False, on_epoch=True)
 
 
-class HeterogeneitySimulator(pl.Callback):
-    """Lightning callback: rank ``i`` 's training steps take ``slowdown[i]`` times as long.
+#: The steps (after the fit's first) over which :class:`HeterogeneitySimulator` measures a rank's work
+#: per sample for ``where="after_step"`` and ``"data"``.
+CALIBRATION_STEPS = 5
 
-    Each training batch (forward, backward and optimizer step) is timed, and the rank then sleeps
-    the difference. Time the strategy reports as spent waiting for other processes (a
-    ``communication_wait_s`` counter, as :class:`~lightning_hybrid.SSPStrategy` keeps) is not
-    stretched: a slow device computes slowly, it does not wait longer. A strategy that can slow its
-    own computation (``inject_compute_slowdown``, as :class:`~lightning_hybrid.HybridParallelStrategy`
-    whose pipeline stages wait for each other within a step, and
-    :class:`~lightning_hybrid.BalancedDataParallelStrategy`, which measures each rank's compute to
-    size its share) is handed the factor instead. Steps are stretched as measured on the rank itself, so a strategy whose ranks
-    wait for one another (DDP) slows to the slowest rank's pace, and one that lets ranks run ahead
-    (SSP) does not: exactly the contrast the benchmarks measure.
+
+class HeterogeneitySimulator(pl.Callback):
+    """Lightning callback: rank ``i`` is ``slowdown[i]`` times slower, with the time put where ``where`` says.
+
+    The rank's work in each training batch (forward, backward, optimizer step and the hooks around
+    them, measured as the process's CPU time on CPU devices, as wall-clock time minus the time the
+    strategy reports waiting on GPUs) is what a slowdown multiplies; the extra time is slept:
+
+    * ``where="compute"``: ``factor - 1`` times the step's work, inside the strategy where it times
+      its compute, for strategies that can slow it themselves (``inject_compute_slowdown``:
+      :class:`~lightning_hybrid.HybridParallelStrategy`, whose pipeline stages wait for each other
+      within a step, and :class:`~lightning_hybrid.BalancedDataParallelStrategy`, right before its
+      gradients' all-reduce); after the optimizer step for the others.
+    * ``where="after_step"``: after the optimizer step (``on_train_batch_end``), for every strategy:
+      what a heavy callback, logging, or a busier host looks like.
+    * ``where="data"``: in the rank's training DataLoader (its collate function sleeps,
+      :class:`~lightning_hybrid.sim.SlowBatches`): a slow disk or decoder.
+
+    For ``after_step`` and ``data`` the sleep is ``factor - 1`` times the rank's work per sample,
+    measured over its first steps (:data:`CALIBRATION_STEPS` after the first, at the shares the run
+    starts with) and then fixed, times the batch's samples: the rank's cost per sample is ``factor``
+    times its own whatever share of the data a strategy gives it, as a slow disk's would be.
+
+    Waiting for other processes is not stretched: a slow device computes slowly, it does not wait
+    longer. A strategy whose ranks wait for one another (DDP) slows to the slowest rank's pace,
+    and one that lets ranks run ahead (SSP) does not: exactly the contrast the benchmarks measure.
+    Real contention instead of sleeping: ``affinity`` pins ranks to cores that a
+    :class:`~lightning_hybrid.sim.Competitor` process (started by the benchmark) keeps busy.
 
     Args:
         slowdown: one factor per rank (``len == world size``), each >= 1; ``None`` for none.
-        straggle_prob: per-step probability of a transient straggler, on every rank.
+        straggle_prob: per-step (``where="data"``: per-batch) probability of a transient straggler, on every rank.
         straggle_factor: how much slower a straggler step is.
         seed: straggler draws use ``(seed, rank)``, so runs are reproducible.
         collective_latency_s: seconds of simulated network latency added to every gradient
             collective, for strategies that can take it (``AllReduceASGDStrategy``): a
             communication-bound setting on one machine.
+        where: ``"compute"``, ``"after_step"`` or ``"data"`` (see above).
+        affinity: one entry per rank: the CPU cores it is pinned to (``os.sched_setaffinity``), or
+            ``None`` to leave it where it is; ``None`` for no pinning.
 
     Example::
 
         >>> sim = HeterogeneitySimulator(slowdown=[1.0, 4.0])   # rank 1 is four times slower
         >>> # pl.Trainer(devices=2, strategy="ddp", callbacks=[sim])
+        >>> sim = HeterogeneitySimulator(slowdown=[1.0, 4.0], where="data")  # rank 1's batches arrive 4x slower
     """
 
     def __init__(
@@ -113,6 +141,8 @@ class HeterogeneitySimulator(pl.Callback):
         straggle_factor: float = 3.0,
         seed: int = 0,
         collective_latency_s: float = 0.0,
+        where: str = "compute",
+        affinity: Sequence[Sequence[int] | None] | None = None,
     ) -> None:
         if not collective_latency_s >= 0:
             raise ValueError(f"collective_latency_s must be non-negative seconds, got {collective_latency_s}")
@@ -121,12 +151,19 @@ class HeterogeneitySimulator(pl.Callback):
         self.straggle_prob = float(straggle_prob)
         self.straggle_factor = float(straggle_factor)
         self.seed = int(seed)
+        self.where = check_where(where)
+        self.affinity = None if affinity is None else [None if c is None else check_cores(c) for c in affinity]
         # Validate every factor now, in the launching process, before workers are started.
         for factor in self.slowdown or [1.0]:
             StepStretcher(factor, self.straggle_prob, self.straggle_factor)
+        #: This rank's slowdown and straggler draws: per step, or per batch of its DataLoader (``where="data"``);
+        #: ``stretcher.slept`` is the time slept (in the training process).
         self.stretcher: StepStretcher | None = None
+        self._per_sample_s: Any = None  # multiprocessing.Value: the rank's calibrated work per sample
+        self._calibration: list[float] = []  # work per sample of the first measured steps
+        self._work_clock: Any = time.process_time
         self._step_start: float | None = None
-        self._wait_start = 0.0
+        self._strategy: Any = None
 
     @property
     def active(self) -> bool:
@@ -135,14 +172,20 @@ class HeterogeneitySimulator(pl.Callback):
             any(f != 1.0 for f in self.slowdown or [])
             or (self.straggle_prob > 0 and self.straggle_factor > 1)
             or self.collective_latency_s > 0
+            or any(c is not None for c in self.affinity or [])
         )
 
     def check_world_size(self, world_size: int) -> None:
-        """Raise a ValueError when ``slowdown`` does not give exactly one factor per rank."""
+        """Raise a ValueError when ``slowdown`` or ``affinity`` does not give exactly one entry per rank."""
         if self.slowdown is not None and len(self.slowdown) != world_size:
             raise ValueError(
                 f"sim.slowdown has {len(self.slowdown)} factors {self.slowdown} but the run has {world_size} "
                 f"training ranks; give one factor per rank, e.g. sim.slowdown=[{','.join(['1.0'] * world_size)}]"
+            )
+        if self.affinity is not None and len(self.affinity) != world_size:
+            raise ValueError(
+                f"sim.affinity has {len(self.affinity)} entries but the run has {world_size} training ranks; give one "
+                f"per rank (a list of cores, or null to leave the rank unpinned), e.g. sim.affinity=[null,[1]]"
             )
 
     def check_strategy(self, strategy: Any) -> None:
@@ -165,12 +208,23 @@ class HeterogeneitySimulator(pl.Callback):
         if self.collective_latency_s > 0:
             trainer.strategy.inject_collective_latency(self.collective_latency_s)
         rank = trainer.global_rank
+        cores = self.affinity[rank] if self.affinity is not None else None
+        if cores is not None:
+            os.sched_setaffinity(0, cores)
+            log.info("rank %d: pinned to CPU core(s) %s", rank, ",".join(map(str, cores)))
+        on_cpu = trainer.strategy.root_device.type == "cpu"
+        self._work_clock = time.process_time if on_cpu else self._wall_minus_waits(trainer)
         factor = self.slowdown[rank] if self.slowdown is not None else 1.0
-        step_factor, applied_by = factor, "each training step"
-        if hasattr(trainer.strategy, "inject_compute_slowdown"):
-            # Pipeline stages wait for one another inside a step, balanced DP measures compute: slow the compute itself.
+        step_factor, applied_by = factor, "after each training step"
+        if self.where == "compute" and hasattr(trainer.strategy, "inject_compute_slowdown"):
+            # Pipeline stages wait for one another inside a step, balanced DP times its compute: slow the compute itself.
             trainer.strategy.inject_compute_slowdown(factor)
             step_factor, applied_by = 1.0, f"{type(trainer.strategy).__name__}'s compute"
+        if self.where != "compute":
+            self._per_sample_s, self._calibration = multiprocessing.get_context().Value("d", 0.0), []
+        if self.where == "data":
+            step_factor, applied_by = factor, "its training DataLoader's batches"
+            self._slow_the_training_dataloaders(trainer.strategy)
         self.stretcher = StepStretcher(step_factor, self.straggle_prob, self.straggle_factor, seed=(self.seed, rank))
         if self.active:
             log.info(
@@ -178,22 +232,63 @@ class HeterogeneitySimulator(pl.Callback):
                 rank, factor, applied_by, self.straggle_prob, self.straggle_factor,
             )
 
+    def _slow_the_training_dataloaders(self, strategy: Any) -> None:
+        """Give every training DataLoader the strategy prepares the slow collate function (before
+        Lightning iterates it; the strategy's own preparation, e.g. its sampler, stays)."""
+        self._strategy = strategy
+        prepare = type(strategy).process_dataloader.__get__(strategy)
+
+        def process_dataloader(dataloader: Any) -> Any:
+            dataloader = prepare(dataloader)
+            trainer = strategy.lightning_module.trainer if strategy.lightning_module is not None else None
+            if trainer is not None and trainer.training and isinstance(dataloader, DataLoader):
+                collate = dataloader.collate_fn
+                if isinstance(collate, SlowBatches):
+                    collate = collate.collate_fn
+                dataloader.collate_fn = SlowBatches(collate, self.stretcher, self._per_sample_s)
+            return dataloader
+
+        strategy.process_dataloader = process_dataloader
+
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if self._strategy is not None:
+            vars(self._strategy).pop("process_dataloader", None)
+            self._strategy = None
+
     @staticmethod
-    def _waited(trainer: pl.Trainer) -> float:
-        return float(getattr(trainer.strategy, "communication_wait_s", 0.0))
+    def _wall_minus_waits(trainer: pl.Trainer) -> Any:
+        def now() -> float:
+            return time.perf_counter() - float(getattr(trainer.strategy, "communication_wait_s", 0.0))
+
+        return now
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int) -> None:
-        self._step_start = time.perf_counter()
-        self._wait_start = self._waited(trainer)
+        self._step_start = self._work_clock()
 
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         if self.stretcher is None or self._step_start is None:
             return
-        waited = self._waited(trainer) - self._wait_start
-        self.stretcher.stretch(max(0.0, time.perf_counter() - self._step_start - waited))
+        work = max(0.0, self._work_clock() - self._step_start)
         self._step_start = None
+        if self._per_sample_s is None:  # compute: this step's own work, stretched
+            self.stretcher.stretch(work)
+            return
+        first = batch[0] if isinstance(batch, (list, tuple)) else batch
+        samples = max(len(first) if hasattr(first, "__len__") else 1, 1)
+        self._calibrate(work / samples)
+        if self.where == "after_step":
+            self.stretcher.stretch(samples * self._per_sample_s.value)
+
+    def _calibrate(self, per_sample: float) -> None:
+        """The rank's work per sample: the median of its first measured steps (the fit's first warms up)."""
+        if len(self._calibration) > CALIBRATION_STEPS:
+            return
+        self._calibration.append(per_sample)
+        measured = self._calibration[1:]
+        if measured:
+            self._per_sample_s.value = statistics.median(measured)
 
 
 class ProgressLog(pl.Callback):

@@ -18,7 +18,7 @@ from conftest import run_cli, run_train_script
 from lightning_hybrid import BalancedDataParallelStrategy, ClassifierModule
 from lightning_hybrid.balance import (
     BalancedBatchSampler,
-    ComputeClock,
+    CycleClock,
     Meter,
     ShareSchedule,
     SpeedEstimator,
@@ -184,7 +184,7 @@ def test_sampler_drops_a_tail_smaller_than_the_ranks_and_with_drop_last():
     assert len(BalancedBatchSampler(70, 0, ShareSchedule([16, 16, 32]))) == 2
 
 
-def test_speed_estimates_and_compute_clock():
+def test_speed_estimates_and_cycle_clock():
     estimator = SpeedEstimator(smoothing=0.25)
     assert estimator.update([10, 10], [1.0, 0.0]) is None  # a rank that measured nothing
     assert estimator.update([10, 40], [1.0, 1.0]) == [10.0, 40.0]
@@ -195,7 +195,7 @@ def test_speed_estimates_and_compute_clock():
     assert meter.take() == (16, 1.0, 0.2) and meter.take() == (0, 0, 0)
 
     now, slept = [0.0], []
-    clock = ComputeClock(slowdown=3.0, now=lambda: now[0], sleep=lambda s: (slept.append(s), now.__setitem__(0, now[0] + s)))
+    clock = CycleClock(slowdown=3.0, now=lambda: now[0], sleep=lambda s: (slept.append(s), now.__setitem__(0, now[0] + s)))
     clock.start()
     now[0] = 0.1  # backward produced the last bucket: 0.1 s of compute, stretched to 0.3 s before its all-reduce
     clock.last_bucket_ready()
@@ -203,6 +203,31 @@ def test_speed_estimates_and_compute_clock():
     assert slept == [pytest.approx(0.2)]
     assert clock.backward_done() == (pytest.approx(0.3), pytest.approx(0.05))
     assert clock.backward_done() is None  # an accumulating batch's backward exchanges nothing
+
+
+def test_cycle_clock_counts_the_whole_cycle_but_the_wait():
+    """Time spent after the all-reduce (optimizer step, a slow callback, the next batch's loading) is the
+    rank's own; waiting for the others is not, so it cannot inflate the measurement that decides it."""
+    now = [0.0]
+    clock = CycleClock(now=lambda: now[0])
+    clock.start()
+    now[0] = 0.1
+    clock.last_bucket_ready()
+    now[0] = 0.5  # waited 0.4 s for a slower rank
+    assert clock.backward_done() == (pytest.approx(0.1), pytest.approx(0.4))
+    now[0] = 0.8  # optimizer step, a callback sleeping 0.2 s, loading the next batch
+    clock.start()
+    now[0] = 0.9
+    clock.last_bucket_ready()
+    now[0] = 0.95
+    assert clock.backward_done() == (pytest.approx(0.4), pytest.approx(0.05))  # 0.3 s before the batch + 0.1 s
+    now[0] = 5.0  # validation, then the next epoch: not this rank's own time
+    clock.interrupt()
+    now[0] = 6.0
+    clock.start()
+    now[0] = 6.1
+    clock.last_bucket_ready()
+    assert clock.backward_done() == (pytest.approx(0.1), pytest.approx(0.0))
 
 
 # ---------------------------------------------------------------------- checks before processes start
@@ -338,7 +363,7 @@ def test_shares_measured_and_changed_mid_epoch_equal_one_process_and_resume(tmp_
     assert history[0]["wait_s"][0] > 0 and all(s > 0 for s in history[-1]["speed"])
     assert history[-1]["speed"][0] > history[-1]["speed"][1]
     logged = balanced["logged"]
-    assert {f"balanced/rank{r}/{k}" for r in (0, 1) for k in ("share", "speed", "wait_s", "compute_s")} <= set(logged)
+    assert {f"balanced/rank{r}/{k}" for r in (0, 1) for k in ("share", "speed", "wait_s", "busy_s")} <= set(logged)
     assert logged["balanced/rank0/share"] == history[-1]["shares"][0]
 
     state = torch.load(ckpts / "epoch=1.ckpt", weights_only=True)[STATE_KEY]
@@ -354,6 +379,38 @@ def test_shares_measured_and_changed_mid_epoch_equal_one_process_and_resume(tmp_
     params = load(full / "rank0.pt")
     for name, value in load(resumed / "rank0.pt").items():
         torch.testing.assert_close(value, params[name], rtol=1e-5, atol=1e-6, msg=name)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("slow_by", ["callback", "data"])
+def test_shares_follow_a_rank_slow_outside_its_compute(tmp_path, slow_by):
+    """Rank 1 is four times slower, not in its forward and backward but in a user's callback that
+    sleeps after each of its steps, or in its own dataset's reads: its whole cycle is what counts,
+    so it ends with about a fifth of the global batch (32 / 5 = 6.4), and the run still equals one
+    process on the global batch."""
+    run_train_script(tmp_path, "--strategy", "balanced", "--measure-steps", "2", "--rebalance-every", "4",
+                     "--sample-sleep", "0.002", "--slow-rank", "1", "--slow-by", slow_by, "--slow-per-sample", "0.006",
+                     "--batch-size", "16", "--epochs", "3", "--lr", "0.05", "--momentum", "0.9")
+    balanced = json.loads((tmp_path / "balanced.json").read_text())
+    changes, history = balanced["changes"], balanced["history"]
+    assert changes and changes[0]["epoch"] == 0, changes
+    assert 4 <= history[-1]["shares"][1] <= 9, history[-1]  # about a fifth of 32
+    assert history[-1]["speed"][0] > 2.5 * history[-1]["speed"][1], history[-1]
+    check_run(tmp_path, 2, 32, 3, reference(32, 3, lr=0.05, momentum=0.9), [{"shares": [16, 16]}, *changes])
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("where", ["after_step", "data"])
+def test_shares_follow_the_simulators_slowdown_wherever_it_puts_the_time(tmp_path, where):
+    """``sim.where``: the simulator's 4x slowdown after each step or in the DataLoader moves the shares
+    towards the fast rank, as one inside the compute does. (The simulator stretches the rank's CPU
+    time, here mostly Lightning's own per-step work, which does not shrink with the share: the slow
+    rank's share shrinks further than a fifth.)"""
+    run_train_script(tmp_path, "--strategy", "balanced", "--measure-steps", "2", "--rebalance-every", "4",
+                     "--slowdown", "1,4", "--sim-where", where, "--batch-size", "16", "--epochs", "2", "--lr", "0.05")
+    history = json.loads((tmp_path / "balanced.json").read_text())["history"]
+    shares, speeds = history[-1]["shares"], history[-1]["speed"]
+    assert 3 * shares[1] < shares[0] and speeds[0] > 2.5 * speeds[1], history[-1]
 
 
 @pytest.mark.multiprocess

@@ -123,8 +123,9 @@ def test_sim_slowdown_slows_ddp(tmp_path):
 
     base = epoch_time()
     slowed = epoch_time("sim.slowdown=[1.0,3.0]")
-    # synchronous DDP runs at the pace of its slowest rank
-    assert 1.6 < slowed / base < 4.5, (base, slowed)
+    # Synchronous DDP runs at the pace of its slowest rank, which sleeps twice its CPU time per step: 3x
+    # on an idle machine, less where other processes stretch the wall-clock time of both runs' steps.
+    assert 1.3 < slowed / base < 4.5, (base, slowed)
 
 
 def test_unknown_key_and_option(tmp_path):

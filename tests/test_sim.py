@@ -48,6 +48,8 @@ def test_stretch_sleeps():
         (dict(slowdown=[1.0, 0.5]), "slowed, not sped up"),
         (dict(straggle_prob=1.5), "probability"),
         (dict(straggle_prob=0.1, straggle_factor=0.5), "straggle_factor"),
+        (dict(where="optimizer"), "where must be one of 'compute', 'after_step', 'data'"),
+        (dict(affinity=[None, [999]]), "not all among this machine's usable cores"),
     ],
 )
 def test_bad_settings_fail_at_construction(kwargs, match):
@@ -60,6 +62,8 @@ def test_world_size_mismatch_says_how_to_fix():
     sim.check_world_size(2)
     with pytest.raises(ValueError, match=r"2 factors .* 3 training ranks.*sim.slowdown=\[1.0,1.0,1.0\]"):
         sim.check_world_size(3)
+    with pytest.raises(ValueError, match=r"sim.affinity has 1 entries but the run has 2"):
+        HeterogeneitySimulator(affinity=[[0]]).check_world_size(2)
 
 
 def test_inactive_by_default():
@@ -69,20 +73,47 @@ def test_inactive_by_default():
     assert HeterogeneitySimulator(straggle_prob=0.1).active
 
 
-def test_slowdown_stretches_the_step_time_by_its_factor(tmp_path):
+class _StepWork(pl.Callback):
+    """The process's CPU time from each training batch's start to its end (the simulator's measure)."""
+
+    def __init__(self):
+        self.steps, self._start = [], None
+
+    @property
+    def work(self):
+        return sum(self.steps)
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        self._start = time.process_time()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.steps.append(time.process_time() - self._start)
+
+
+@pytest.mark.parametrize("where", ["compute", "after_step", "data"])
+def test_slowdown_stretches_the_step_time_by_its_factor(tmp_path, where):
+    """A 3x slowdown sleeps twice the rank's work (its CPU time over each step), after the step or,
+    ``where="data"``, in the DataLoader's collate function; the epoch lasts that much longer."""
     pl.seed_everything(0)
-    timer, sim = EpochTimer(), HeterogeneitySimulator(slowdown=[3.0])
+    timer, work, sim = EpochTimer(), _StepWork(), HeterogeneitySimulator(slowdown=[3.0], where=where)
     trainer = pl.Trainer(
         accelerator="cpu", devices=1, max_epochs=1, limit_train_batches=20, limit_val_batches=0, logger=False,
-        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False, callbacks=[sim, timer],
-        default_root_dir=tmp_path,
+        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+        callbacks=[work, sim, timer], default_root_dir=tmp_path,
     )
     dm = SyntheticMNISTDataModule(num_train=20 * 128, num_val=8, num_test=8, batch_size=128)
     trainer.fit(ClassifierModule(LeNet5(), optimizer=partial(torch.optim.SGD, lr=0.01)), datamodule=dm)
     slept, epoch = sim.stretcher.slept, timer.epoch_times[-1]
-    assert sim.stretcher.steps == 20
-    # Each step sleeps twice what it measured, so an epoch is 3x its steps' compute plus the loop around them.
-    assert 1.6 < slept / (epoch - slept) <= 2.0 + 1e-6, (slept, epoch)
+    if where == "compute":
+        assert sim.stretcher.steps == 20
+        assert slept == pytest.approx(2.0 * work.work, rel=0.1), (slept, work.work)
+    else:
+        # Each batch sleeps twice the work per sample measured so far (the median of the first steps after
+        # the first, which warms up); batches before the second step's end sleep nothing.
+        after_warmup = sum(work.steps[1:])
+        assert 20 <= sim.stretcher.steps <= 21 and 1.5 * after_warmup < slept < 2.5 * after_warmup, (slept, work.steps)
+        assert "process_dataloader" not in vars(trainer.strategy)  # the strategy is itself again
+    assert epoch > slept + work.work * 0.9, (epoch, slept, work.work)
 
 
 class _SlowValidation(ClassifierModule):
@@ -114,6 +145,7 @@ def test_log_names_each_ranks_factor_also_where_the_strategy_slows_its_compute(c
 
     class _SlowsItsCompute:
         factor = None
+        root_device = torch.device("cpu")
 
         def inject_compute_slowdown(self, factor):
             self.factor = factor
@@ -146,3 +178,44 @@ def test_progress_log_writes_occasional_lines(tmp_path, caplog):
     assert lines[0].startswith("epoch 1/2  batch 1/3 (33%)") and "samples/s" in lines[0] and "train/loss" in lines[0]
     assert lines[-1].startswith("epoch 2/2  done")
 
+
+
+def test_slow_batches_sleep_per_sample_of_the_measured_work():
+    from multiprocessing import Value
+
+    from lightning_hybrid.sim import SlowBatches
+
+    per_sample = Value("d", 0.0)
+    stretcher = StepStretcher(factor=3.0)
+    collate = SlowBatches(list, stretcher, per_sample)
+    assert collate([1, 2]) == [1, 2] and stretcher.slept == 0.0  # nothing measured yet
+    per_sample.value = 0.01
+    start = time.perf_counter()
+    assert collate([1, 2, 3]) == [1, 2, 3]
+    assert stretcher.slept == pytest.approx(0.06) and time.perf_counter() - start >= 0.055
+
+
+def _allowed_cores(pid: int) -> str:
+    status = open(f"/proc/{pid}/status").read()
+    return next(line.split(":")[1].strip() for line in status.splitlines() if line.startswith("Cpus_allowed_list"))
+
+
+def test_competitor_pins_busy_processes_and_comes_and_goes(tmp_path):
+    """Real contention: busy processes pinned to a core, always or in random spells (SIGSTOP/SIGCONT)."""
+    import os
+
+    from lightning_hybrid.sim import Competitor
+
+    core = max(os.sched_getaffinity(0))
+    with Competitor([core], processes=2) as competitor:
+        pids = [p.pid for p in competitor.processes]
+        time.sleep(0.3)  # they pin themselves first
+        assert all(_allowed_cores(pid) == str(core) for pid in pids)
+    assert all(not os.path.exists(f"/proc/{pid}") or "zombie" in open(f"/proc/{pid}/status").read() for pid in pids)
+    spells = Competitor([core], duty=0.3, period_s=0.01, seed=1).start()
+    time.sleep(0.5)
+    spells.stop()
+    assert spells.periods > 10 and 0 < spells.busy_periods < spells.periods
+    assert not spells.processes
+    with pytest.raises(ValueError, match="duty"):
+        Competitor([core], duty=0.0)

@@ -50,6 +50,23 @@ def test_straggler_gap_bound_and_every_sample_once(tmp_path, sync):
     assert float((out / "test_acc.txt").read_text()) > 0.9
 
 
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("slow_by", ["callback", "data"])
+def test_fast_worker_runs_ahead_of_a_worker_slow_outside_its_compute(tmp_path, slow_by):
+    """Worker 1 is four times slower in a user's callback after each step, or in its dataset's reads
+    (where no strategy times it): with the default update rule and step wait, the fast worker still
+    trains at least three times as many batches in the epoch (waiting for its peer's push never
+    lengthens the cycle that decides how long it may wait). Staleness 4: the delay rule lets the
+    fast worker complete at most ``staleness`` iterations per iteration of the slowest (it then
+    waits for the global sync), so the default 3 would cap the ratio at exactly 3."""
+    run_train_script(tmp_path, "--strategy", "ssp", "--staleness", "4", "--samples", "1024", "--batch-size", "16",
+                     "--epochs", "1", "--sample-sleep", "0.004", "--slow-rank", "1", "--slow-by", slow_by,
+                     "--slow-per-sample", "0.013")  # 4 ms per sample, 13 more on worker 1: 4x with the step's overhead
+    (epoch,) = json.loads((tmp_path / "ssp_history.json").read_text())
+    fast, slow = epoch[0]["iterations"], epoch[1]["iterations"]
+    assert fast + slow == 1024 // 16 and fast >= 3 * slow, epoch
+
+
 def test_lightning_features_work_under_ssp(tmp_path):
     """Gradient clipping, accumulation, an LR scheduler, then test, validate and predict."""
     out = tmp_path / "features"

@@ -36,18 +36,35 @@ from lightning_hybrid.models import MLP
 from lightning_hybrid.callbacks import HeterogeneitySimulator
 
 
+class SlowSamples(TensorDataset):
+    """A user's dataset whose samples take ``sleep`` seconds each to read (a slow disk)."""
+
+    def __init__(self, *tensors: torch.Tensor, sleep: float = 0.0) -> None:
+        super().__init__(*tensors)
+        self.sleep = sleep
+
+    def __getitem__(self, index):
+        time.sleep(self.sleep)
+        return super().__getitem__(index)
+
+
 class IndexedData(pl.LightningDataModule):
-    def __init__(self, batch_size: int, samples: int, noise: float = 1.0, test_samples: int = 128) -> None:
+    def __init__(self, batch_size: int, samples: int, noise: float = 1.0, test_samples: int = 128,
+                 slow_rank: int | None = None, sample_read_s: float = 0.0) -> None:
         super().__init__()
         self.batch_size = batch_size
         x, y = synthetic_classification(samples, (1, 28, 28), 10, seed=1, noise=noise)
         self.data = TensorDataset(x, y, torch.arange(samples))
         self.test = TensorDataset(*synthetic_classification(test_samples, (1, 28, 28), 10, seed=2, noise=noise))
+        self.slow_rank, self.sample_read_s = slow_rank, sample_read_s
 
     def train_dataloader(self):
         # Under DDP, Lightning replaces this sampler by DistributedSampler(seed=0), whose permutation
         # EpochSeededRandomSampler(seed=0) reproduces for a single process.
-        return DataLoader(self.data, batch_size=self.batch_size, sampler=EpochSeededRandomSampler(self.data, seed=0))
+        data = self.data
+        if self.slow_rank is not None and self.trainer.global_rank == self.slow_rank:
+            data = SlowSamples(*self.data.tensors, sleep=self.sample_read_s)
+        return DataLoader(data, batch_size=self.batch_size, sampler=EpochSeededRandomSampler(data, seed=0))
 
     def val_dataloader(self):
         return DataLoader(self.test, batch_size=32)
@@ -83,6 +100,18 @@ class RecordingClassifier(ClassifierModule):
         return super().training_step((x, y), batch_idx)
 
 
+class SleepAfterStep(pl.Callback):
+    """A user's callback that makes one rank slow after each of its training steps (heavy logging, a
+    busier host): ``per_sample_s`` seconds for each sample of the batch."""
+
+    def __init__(self, rank: int, per_sample_s: float) -> None:
+        self.rank, self.per_sample_s = rank, per_sample_s
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer.global_rank == self.rank:
+            time.sleep(self.per_sample_s * len(batch[0]))
+
+
 class KillAt(pl.Callback):
     """SIGKILLs this process at a given training step (of a given epoch) on a given rank: a crashed worker."""
 
@@ -93,6 +122,22 @@ class KillAt(pl.Callback):
         if trainer.global_rank == self.rank and batch_idx == self.step and trainer.current_epoch == self.epoch:
             (self.out / "killed_at").write_text(repr(time.time()))
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+class SigtermAt(pl.Callback):
+    """Rank 0 sends itself SIGTERM at a given training step (a preempted job); each rank records the
+    batches it trained (sigterm_rank{r}.txt)."""
+
+    def __init__(self, step: int, out: Path) -> None:
+        self.step, self.out, self.batches = step, out, 0
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if trainer.global_rank == 0 and trainer.current_epoch == 0 and batch_idx == self.step:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.batches += 1
+        (self.out / f"sigterm_rank{trainer.global_rank}.txt").write_text(str(self.batches))
 
 
 class KillServerAt(pl.Callback):
@@ -181,6 +226,11 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=0.1)
     parser.add_argument("--momentum", type=float, default=0.0)
     parser.add_argument("--slowdown", default=None, help="comma-separated factors per rank")
+    parser.add_argument("--sim-where", default="compute", help="HeterogeneitySimulator(where=...) for --slowdown")
+    parser.add_argument("--slow-rank", type=int, default=None, help="a user's own slowness on this rank (see --slow-by)")
+    parser.add_argument("--slow-by", default="callback",
+                        help="callback: a callback sleeps after each step; data: its dataset sleeps per sample read")
+    parser.add_argument("--slow-per-sample", type=float, default=0.0, help="seconds the slow rank loses per sample")
     parser.add_argument("--checkpoint-dir", type=Path, default=None)
     parser.add_argument("--checkpoint-every-steps", type=int, default=0, help="with --checkpoint-dir: every_n_train_steps")
     parser.add_argument("--resume", default=None)
@@ -190,6 +240,7 @@ def main() -> None:
     parser.add_argument("--on-worker-failure", default="stop", help="parameter-server strategies")
     parser.add_argument("--record-batches", action="store_true", help="append trained batches to trained_rank{r}.txt")
     parser.add_argument("--kill-server-step", type=int, default=None, help="rank 0 SIGKILLs the parameter server then")
+    parser.add_argument("--sigterm-step", type=int, default=None, help="rank 0 sends itself SIGTERM at this step")
     parser.add_argument("--oom-rank", type=int, default=None, help="this rank runs out of memory at --oom-step")
     parser.add_argument("--oom-step", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=60)
@@ -251,7 +302,9 @@ def main() -> None:
     callbacks = []
     if args.slowdown or args.latency:
         slowdown = [float(f) for f in args.slowdown.split(",")] if args.slowdown else None
-        callbacks.append(HeterogeneitySimulator(slowdown=slowdown, collective_latency_s=args.latency))
+        callbacks.append(HeterogeneitySimulator(slowdown=slowdown, collective_latency_s=args.latency, where=args.sim_where))
+    if args.slow_rank is not None and args.slow_by == "callback":
+        callbacks.append(SleepAfterStep(args.slow_rank, args.slow_per_sample))
     timer = EpochTimer()
     callbacks.append(timer)
     callbacks.append(PidFiles(args.out))
@@ -263,6 +316,8 @@ def main() -> None:
     val_check_interval = float(args.val_check_interval) if "." in args.val_check_interval else int(args.val_check_interval)
     if args.kill_server_step is not None:
         callbacks.append(KillServerAt(args.kill_server_step, args.out))
+    if args.sigterm_step is not None:
+        callbacks.append(SigtermAt(args.sigterm_step, args.out))
     if args.oom_rank is not None:
         callbacks.append(OutOfMemoryAt(args.oom_rank, args.oom_step))
     if args.checkpoint_dir:
@@ -285,7 +340,8 @@ def main() -> None:
         accumulate_grad_batches=args.accumulate, precision=args.precision, overfit_batches=args.overfit_batches,
         fast_dev_run=args.fast_dev_run, check_val_every_n_epoch=args.check_val_every, val_check_interval=val_check_interval,
     )
-    data = IndexedData(args.batch_size, args.samples, args.noise, args.test_samples)
+    data = IndexedData(args.batch_size, args.samples, args.noise, args.test_samples,
+                       slow_rank=args.slow_rank if args.slow_by == "data" else None, sample_read_s=args.slow_per_sample)
     trainer.fit(module, datamodule=data, ckpt_path=args.resume)
     rank = trainer.global_rank
     if isinstance(strategy, BalancedDataParallelStrategy):

@@ -9,14 +9,14 @@ batch while no rank waits long for a slower one. One concept per module:
   decided now may take effect although samplers deal batches ahead.
 - :mod:`~lightning_hybrid.balance.sampler`: the batch sampler that deals each rank its slice of every
   global batch of the epoch's seeded permutation.
-- :mod:`~lightning_hybrid.balance.speeds`: measured samples per second of compute, smoothed.
+- :mod:`~lightning_hybrid.balance.speeds`: measured samples per second of a rank's own time, smoothed.
 - :mod:`~lightning_hybrid.balance.hook`: the DDP communication hook that sums the weighted gradients
-  and marks where a rank's compute ends and its waiting starts.
+  and the clock of a rank's cycle: its own time (everything between two all-reduces) and its wait.
 
 The Lightning glue is :class:`lightning_hybrid.strategies.balanced.BalancedDataParallelStrategy`.
 """
 
-from lightning_hybrid.balance.hook import ComputeClock, timed_sum_hook
+from lightning_hybrid.balance.hook import CycleClock, timed_sum_hook
 from lightning_hybrid.balance.sampler import BalancedBatchSampler, Dealt
 from lightning_hybrid.balance.schedule import ShareSchedule, Step, agreed_start
 from lightning_hybrid.balance.shares import apportion, check_global_batch, check_speeds, step_time, worth_changing
@@ -24,7 +24,7 @@ from lightning_hybrid.balance.speeds import Meter, SpeedEstimator
 
 __all__ = [
     "BalancedBatchSampler",
-    "ComputeClock",
+    "CycleClock",
     "Dealt",
     "Meter",
     "ShareSchedule",

@@ -1,16 +1,17 @@
-"""Measured speeds: each rank's samples per second of its own compute, smoothed over measurements.
+"""Measured speeds: each rank's samples per second of its own time, smoothed over measurements.
 
-A rank's :class:`Meter` adds up, step by step, the samples it trained on, the seconds it computed
-(from the batch's start until its last gradient bucket was ready) and the seconds it then waited for
-the all-reduce. When the ranks rebalance they gather their meters and :class:`SpeedEstimator` turns
-samples / compute into smoothed speeds, the same on every rank.
+A rank's :class:`Meter` adds up, step by step, the samples it trained on, the seconds of its own
+(its whole cycle from the previous all-reduce's end until its last gradient bucket was ready: data,
+hooks, callbacks, forward, backward, optimizer; see :mod:`~lightning_hybrid.balance.hook`) and the
+seconds it then waited for the all-reduce. When the ranks rebalance they gather their meters and
+:class:`SpeedEstimator` turns samples / own time into smoothed speeds, the same on every rank.
 
 Example::
 
     >>> estimator = SpeedEstimator(smoothing=0.5)
-    >>> estimator.update(samples=[100, 100], compute_s=[1.0, 4.0])
+    >>> estimator.update(samples=[100, 100], busy_s=[1.0, 4.0])
     [100.0, 25.0]
-    >>> estimator.update(samples=[100, 100], compute_s=[1.0, 2.0])
+    >>> estimator.update(samples=[100, 100], busy_s=[1.0, 2.0])
     [100.0, 37.5]
 """
 
@@ -27,23 +28,23 @@ class Meter:
     """This rank's training since the meter was last taken."""
 
     samples: float = 0.0
-    compute_s: float = 0.0
+    busy_s: float = 0.0
     wait_s: float = 0.0
 
-    def add(self, samples: float, compute_s: float, wait_s: float) -> None:
+    def add(self, samples: float, busy_s: float, wait_s: float) -> None:
         self.samples += samples
-        self.compute_s += compute_s
+        self.busy_s += busy_s
         self.wait_s += wait_s
 
     def take(self) -> tuple[float, float, float]:
-        """``(samples, compute_s, wait_s)``, and start again from zero."""
+        """``(samples, busy_s, wait_s)``, and start again from zero."""
         values = astuple(self)
-        self.samples = self.compute_s = self.wait_s = 0.0
+        self.samples = self.busy_s = self.wait_s = 0.0
         return values
 
 
 class SpeedEstimator:
-    """Each rank's speed in samples per second of compute, smoothed exponentially.
+    """Each rank's speed in samples per second of its own time, smoothed exponentially.
 
     Args:
         smoothing: the weight of the newest measurement (``1``: no smoothing).
@@ -56,11 +57,11 @@ class SpeedEstimator:
         #: The smoothed speeds, one per rank; ``None`` before the first measurement.
         self.speeds: list[float] | None = None
 
-    def update(self, samples: Sequence[float], compute_s: Sequence[float]) -> list[float] | None:
+    def update(self, samples: Sequence[float], busy_s: Sequence[float]) -> list[float] | None:
         """Fold in one measurement of every rank; one that measured nothing leaves the speeds as they are."""
-        if any(not (s > 0 and c > 0 and math.isfinite(s / c)) for s, c in zip(samples, compute_s)):
+        if any(not (s > 0 and c > 0 and math.isfinite(s / c)) for s, c in zip(samples, busy_s)):
             return self.speeds
-        new = [float(s) / float(c) for s, c in zip(samples, compute_s)]
+        new = [float(s) / float(c) for s, c in zip(samples, busy_s)]
         if self.speeds is None or len(self.speeds) != len(new):
             self.speeds = new
         else:

@@ -87,9 +87,9 @@ def broadcast_object(obj: Any, src: int, group: dist.ProcessGroup | None = None)
     return holder[0]
 
 
-class PendingAllReduce:
-    """An all-reduce started by :func:`start_all_reduce`; :meth:`wait` returns the reduced tensor
-    on the device it came from."""
+class Pending:
+    """A collective started in the background (:func:`start_all_reduce`, :func:`start_broadcast`);
+    :meth:`wait` returns its result in the tensor it was started on, on that tensor's device."""
 
     def __init__(self, work: dist.Work, staged: torch.Tensor, into: torch.Tensor) -> None:
         self._work, self._staged, self._into = work, staged, into
@@ -99,10 +99,16 @@ class PendingAllReduce:
         return _copy_back(self._staged, self._into)
 
 
-def start_all_reduce(tensor: torch.Tensor, group: dist.ProcessGroup | None = None) -> PendingAllReduce:
+def start_all_reduce(tensor: torch.Tensor, group: dist.ProcessGroup | None = None) -> Pending:
     """Start summing ``tensor`` across the group in the background."""
     staged = _staged(tensor, group_device(group))
-    return PendingAllReduce(dist.all_reduce(staged, group=group, async_op=True), staged, tensor)
+    return Pending(dist.all_reduce(staged, group=group, async_op=True), staged, tensor)
+
+
+def start_broadcast(tensor: torch.Tensor, src: int, group: dist.ProcessGroup | None = None) -> Pending:
+    """Start overwriting ``tensor`` with global rank ``src``'s in the background."""
+    staged = _staged(tensor, group_device(group))
+    return Pending(dist.broadcast(staged, src=src, group=group, async_op=True), staged, tensor)
 
 
 def all_reduce_future(tensor: torch.Tensor, group: dist.ProcessGroup | None = None) -> torch.futures.Future[torch.Tensor]:

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from lightning_hybrid.comm.collectives import PendingAllReduce, all_reduce_, start_all_reduce
+from lightning_hybrid.comm.collectives import Pending, all_reduce_, start_all_reduce
 from lightning_hybrid.comm.flat import flatten, gradients, slices
 
 COMPENSATIONS = (None, "dc")
@@ -42,7 +42,7 @@ COMPENSATIONS = (None, "dc")
 @dataclass
 class _InFlight:
     buckets: list[torch.Tensor]  # flat gradient buckets being all-reduced (summed in place)
-    works: list[PendingAllReduce | Future]
+    works: list[Pending | Future]
     weights: torch.Tensor | None  # the flat weights the gradient was computed at (for compensation)
     lrs: list[float] | None  # each parameter group's learning rate when the gradient was computed
     averaged: bool = False  # the all-reduce is complete and the buckets hold the average
@@ -143,7 +143,7 @@ class DelayedAllReduce:
         #: The learning rates pushed with the average last written into ``.grad`` (None if not given).
         self.loaded_lrs: list[float] | None = None
 
-    def _all_reduce(self, bucket: torch.Tensor) -> PendingAllReduce | Future:
+    def _all_reduce(self, bucket: torch.Tensor) -> Pending | Future:
         if self._thread is None:
             return start_all_reduce(bucket, group=self.group)
 

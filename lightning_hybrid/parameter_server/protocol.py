@@ -260,7 +260,8 @@ class ServerSettings:
         max_steps: optimizer steps after which the server stops the run (-1: no limit); pushes
             after the last step are not applied.
         step_patience: how long a push that does not complete an update may wait for it, as a
-            fraction of the worker's push interval (:mod:`~lightning_hybrid.parameter_server.step_wait`).
+            fraction of the worker's cycle, its waits for the server excluded
+            (:mod:`~lightning_hybrid.parameter_server.step_wait`).
         pushes_follow_workers: ``pushes_per_update`` is one per live worker (it drops when a worker is lost).
         on_worker_failure: ``"stop"``: a lost worker ends the server with an error; ``"continue"``: its
             unfinished batches go to the others and the run goes on without it.

@@ -150,6 +150,7 @@ class ParameterServer:
         reply = Parameters(self.version, self._last_staleness[worker], gap, c.max_gap, c.global_syncs, length,
                            int(self.stopped), self._live_mask(), chunk_segment=segment)
         self._reply(worker, reply, self._optimization(worker).flat_params, *([chunk] if chunk is not None else []))
+        self.waits.replied(worker, time.monotonic())  # its next cycle starts
 
     def _live_mask(self) -> int:
         return sum(1 << w for w in range(self.num_workers) if w not in self.lost)
@@ -292,6 +293,7 @@ class ParameterServer:
                 self._send_params(w, with_chunk=False)
             self.finished.clear()
             self.rule.synchronized()
+            self.waits.synchronized()
             self.controller.new_epoch()
             if self._ahead:  # a segment's sync (not the epoch's end, nor the start of fitting)
                 self.segment += 1

@@ -1,8 +1,10 @@
-"""Heterogeneity simulation in plain Python: slowed work and transient stragglers on one machine.
+"""Heterogeneity simulation in plain Python: slowed work, transient stragglers and real CPU contention
+on one machine.
 
 The Lightning callback that applies it to training is :class:`lightning_hybrid.callbacks.HeterogeneitySimulator`.
 """
 
-from lightning_hybrid.sim.slowdown import StepStretcher, stretch
+from lightning_hybrid.sim.contention import Competitor, check_cores
+from lightning_hybrid.sim.slowdown import WHERE, SlowBatches, StepStretcher, check_where, stretch
 
-__all__ = ["StepStretcher", "stretch"]
+__all__ = ["WHERE", "Competitor", "SlowBatches", "StepStretcher", "check_cores", "check_where", "stretch"]

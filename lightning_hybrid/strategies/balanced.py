@@ -23,7 +23,7 @@ from torch.utils.data import DataLoader, DistributedSampler, IterableDataset, Se
 
 from lightning_hybrid.balance import (
     BalancedBatchSampler,
-    ComputeClock,
+    CycleClock,
     Dealt,
     Meter,
     ShareSchedule,
@@ -37,6 +37,7 @@ from lightning_hybrid.balance import (
 )
 from lightning_hybrid.comm.collectives import all_gather
 from lightning_hybrid.strategies import common
+from lightning_hybrid.strategies.sigterm import defer_sigterm_broadcast, restore_sigterm_broadcast
 
 __all__ = ["BalanceEpochs", "BalancedDataParallelStrategy"]
 
@@ -51,7 +52,8 @@ def _whole(name: str, value: Any, least: int) -> int:
 
 
 class BalanceEpochs(Callback):
-    """Calls the strategy when each training epoch starts and ends (its per-epoch statistics)."""
+    """Calls the strategy when each training epoch starts and ends (its per-epoch statistics) and
+    after each validation (which interrupts the ranks' cycles)."""
 
     def __init__(self, strategy: BalancedDataParallelStrategy) -> None:
         self.strategy = strategy
@@ -61,6 +63,9 @@ class BalanceEpochs(Callback):
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.strategy.on_epoch_end(trainer, pl_module)
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.strategy.interrupt_cycle()  # mid-epoch validation (val_check_interval)
 
 
 class BalancedDataParallelStrategy(common.CheckedDDPStrategy):
@@ -91,15 +96,18 @@ class BalancedDataParallelStrategy(common.CheckedDDPStrategy):
         process_group_backend: ``None`` (nccl with one process per GPU, otherwise gloo) or a backend name.
         processes_per_device: processes started on each device the Trainer gives.
 
-    A rank's speed is samples per second of its own compute: from the start of an optimizer step's
-    first batch until its last gradient bucket is ready (the communication hook sees it); the rest
-    of the step, until the all-reduce returns, is waiting. The ranks gather their measurements
-    every ``rebalance_every`` steps and a change takes effect at the first step that no rank's
-    DataLoader has drawn yet (:func:`~lightning_hybrid.balance.agreed_start`), also mid-epoch.
+    A rank's speed is samples per second of its own time: its whole cycle from the end of one
+    step's all-reduce until its next last gradient bucket is ready (the optimizer step, the user's
+    hooks and callbacks, logging, data loading, forward, backward; :class:`~lightning_hybrid.balance.CycleClock`);
+    the rest, until the all-reduce returns, is waiting. So a rank slow anywhere (a slow data
+    loader, a heavy callback, a busier host) gets a smaller share, and waiting never counts as its
+    time. The ranks gather their measurements every ``rebalance_every`` steps and a change takes
+    effect at the first step that no rank's DataLoader has drawn yet
+    (:func:`~lightning_hybrid.balance.agreed_start`), also mid-epoch.
 
-    Logged each step (this rank): ``balanced/share``, ``balanced/compute_s``, ``balanced/wait_s``;
+    Logged each step (this rank): ``balanced/share``, ``balanced/busy_s``, ``balanced/wait_s``;
     each epoch, for every rank ``r``: ``balanced/rank{r}/share`` (at the epoch's last step),
-    ``speed`` (samples per second of compute in the epoch), ``compute_s`` and ``wait_s`` (totals).
+    ``speed`` (samples per second of its own time in the epoch), ``busy_s`` and ``wait_s`` (totals).
     :attr:`share_changes` and :attr:`history` keep the same for the fit.
 
     Works with gradient clipping (of the summed gradient), accumulation (each batch's loss weighted
@@ -107,8 +115,8 @@ class BalancedDataParallelStrategy(common.CheckedDDPStrategy):
     bf16/fp16 precision, validation and test (plain DDP: each rank a DistributedSampler share) and
     checkpoints, which keep the shares, pending changes and speed estimates; resuming from an epoch-end
     checkpoint continues with them. ``inject_compute_slowdown`` (used by
-    :class:`~lightning_hybrid.callbacks.HeterogeneitySimulator`) slows this rank's compute inside the
-    measured time. The module's loss must be a mean over its batch, as for DDP's averaged gradient.
+    :class:`~lightning_hybrid.callbacks.HeterogeneitySimulator` with ``where="compute"``) slows this
+    rank's forward and backward right before its last bucket's all-reduce. The module's loss must be a mean over its batch, as for DDP's averaged gradient.
 
     Refused before processes start: manual optimization, speeds that are not positive finite numbers
     or not one per rank, a global batch smaller than the ranks or than ranks x ``min_share``.
@@ -158,10 +166,10 @@ class BalancedDataParallelStrategy(common.CheckedDDPStrategy):
         self.communication_wait_s = 0.0
         self.schedule: ShareSchedule | None = None
         self.sampler: BalancedBatchSampler | None = None
-        self.clock: ComputeClock | None = None
+        self.clock: CycleClock | None = None
         #: Each change of shares in this fit: the step it was decided after, where it starts, the shares and speeds.
         self.share_changes: list[dict[str, Any]] = []
-        #: Per epoch of this fit: every rank's share, samples, compute_s, wait_s and speed, and the speed estimates.
+        #: Per epoch of this fit: every rank's share, samples, busy_s, wait_s and speed, and the speed estimates.
         self.history: list[dict[str, Any]] = []
         self._restored: dict[str, Any] | None = None
         self._next_decision: int | None = None
@@ -201,10 +209,13 @@ class BalancedDataParallelStrategy(common.CheckedDDPStrategy):
         self._warming_up, self._window_samples, self._timing = True, 0, None
         self._interval.take()
         self.attach_callback(trainer, BalanceEpochs(self))
+        # Lightning's per-batch SIGTERM broadcast would be a second sync point in each step (a fast
+        # rank waiting there, before its compute, for a rank slow after its step): read it a batch late.
+        defer_sigterm_broadcast(trainer)
 
     def _register_ddp_hooks(self) -> None:
         """Lightning registers DDP communication hooks on CUDA only; this one goes on every device and backend."""
-        self.clock = ComputeClock(self.compute_slowdown)
+        self.clock = CycleClock(self.compute_slowdown)
         self.model.register_comm_hook(self.clock, timed_sum_hook)
 
     def process_dataloader(self, dataloader: object) -> object:
@@ -301,14 +312,14 @@ class BalancedDataParallelStrategy(common.CheckedDDPStrategy):
         self._window_samples, self._timing = 0, None
         module = self.lightning_module
         if timing is not None:
-            compute, wait = timing
-            self._epoch_meter.add(samples, compute, wait)
+            busy, wait = timing
+            self._epoch_meter.add(samples, busy, wait)
             if not self._warming_up:
-                self._interval.add(samples, compute, wait)
+                self._interval.add(samples, busy, wait)
             self._warming_up = False
             if module.trainer._logger_connector.should_update_logs:  # the steps the loggers write (log_every_n_steps)
                 module.log("balanced/share", float(self._batch.samples), on_step=True, on_epoch=False)
-                module.log("balanced/compute_s", compute, on_step=True, on_epoch=False)
+                module.log("balanced/busy_s", busy, on_step=True, on_epoch=False)
                 module.log("balanced/wait_s", wait, on_step=True, on_epoch=False)
         done = module.trainer.global_step + 1  # Lightning counts this step once the strategy has made it
         if self._next_decision is not None and done >= self._next_decision:
@@ -319,7 +330,8 @@ class BalancedDataParallelStrategy(common.CheckedDDPStrategy):
         """Gather every rank's measurement and frontier; from the agreed step on, shares from the new speeds."""
         schedule = self.schedule
         mine = torch.tensor([*self._interval.take(), *schedule.frontier], dtype=torch.float64)
-        rows = torch.stack(all_gather(mine)).tolist()
+        with self.clock.paused():  # the gather is no rank's own time
+            rows = torch.stack(all_gather(mine)).tolist()
         speeds = self.estimator.update([row[0] for row in rows], [row[1] for row in rows])
         if speeds is None:  # some rank measured nothing yet
             self._next_decision = done + self.measure_steps
@@ -343,6 +355,12 @@ class BalancedDataParallelStrategy(common.CheckedDDPStrategy):
         if self.schedule is not None:
             self.schedule.compact((trainer.fit_loop.epoch_progress.current.processed, 0))
         self._epoch_meter.take()
+        self.interrupt_cycle()
+
+    def interrupt_cycle(self) -> None:
+        """The ranks did something together (an epoch's end, validation): no rank's own time."""
+        if self.clock is not None:
+            self.clock.interrupt()
 
     def on_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """Gather every rank's epoch and log it (rank 0's logs reach the loggers, and it has everyone's)."""
@@ -355,12 +373,18 @@ class BalancedDataParallelStrategy(common.CheckedDDPStrategy):
             "epoch": self._batch.epoch, "shares": list(shares), "samples": [row[0] for row in rows],
             "estimate": self.estimator.speeds,
         }
-        for r, (samples, compute, wait) in enumerate(rows):
-            speed = samples / compute if compute > 0 else 0.0
-            for key, value in (("share", shares[r]), ("speed", speed), ("compute_s", compute), ("wait_s", wait)):
+        for r, (samples, busy, wait) in enumerate(rows):
+            speed = samples / busy if busy > 0 else 0.0
+            for key, value in (("share", shares[r]), ("speed", speed), ("busy_s", busy), ("wait_s", wait)):
                 pl_module.log(f"balanced/rank{r}/{key}", float(value), on_step=False, on_epoch=True)
                 entry.setdefault(key, []).append(value)
         self.history.append(entry)
+
+    def teardown(self) -> None:
+        module = self.lightning_module
+        if module is not None and module._trainer is not None:
+            restore_sigterm_broadcast(module.trainer)
+        super().teardown()
 
     # ------------------------------------------------------------------ checkpoints
     def balance_state(self) -> dict[str, Any]:

@@ -24,7 +24,6 @@ from typing import Any, ClassVar
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.trainer.states import TrainerFn
-from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from lightning_hybrid.comm.collectives import all_gather, broadcast_
 from lightning_hybrid.comm.flat import copy_into, flatten, gradients
@@ -37,6 +36,7 @@ from lightning_hybrid.parameter_server.server import run as run_server
 from lightning_hybrid.parameter_server.server import start_server
 from lightning_hybrid.strategies import common
 from lightning_hybrid.strategies.forked_ranks import ForkedProcess, Standby
+from lightning_hybrid.strategies.sigterm import check_sigterm_locally, restore_sigterm_broadcast
 
 log = logging.getLogger(__name__)
 
@@ -204,22 +204,9 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
         self._members = list(range(self.num_workers))
         self._open_server_channel()
         self.attach_sync_points(trainer)
-        self._make_sigterm_check_local(trainer)
-
-    @staticmethod
-    def _make_sigterm_check_local(trainer: pl.Trainer) -> None:
-        """Lightning 2.6 broadcasts a SIGTERM flag from rank 0 after every training batch: a collective
-        that would lock the workers into step with each other. Here each worker checks its own
-        flag instead; the others stop when the server channel closes."""
-        epoch_loop = trainer.fit_loop.epoch_loop
-        if not hasattr(epoch_loop, "_broadcast_sigterm_tensor"):
-            return
-
-        def check_local_sigterm() -> None:
-            if getattr(trainer, "received_sigterm", False):
-                raise SIGTERMException()
-
-        epoch_loop._broadcast_sigterm_tensor = check_local_sigterm
+        # Lightning broadcasts a SIGTERM flag from rank 0 after every training batch: a collective that
+        # would lock the workers into step with each other. Each checks its own flag instead.
+        check_sigterm_locally(trainer)
 
     def _open_server_channel(self) -> None:
         env = self.cluster_environment
@@ -441,6 +428,7 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
         module = self.lightning_module
         if self._own_callback is not None and module is not None and module._trainer is not None:
             module.trainer.fit_loop.epoch_loop.max_steps = self.max_steps
+            restore_sigterm_broadcast(module.trainer)
         if self._server is not None and self._server.poll() is None:
             self._stop_server(self._server.terminate)
         self.client = None

@@ -96,8 +96,9 @@ class SSPStrategy(ParameterServerStrategy):
             waits). Off by default: on this package's benchmarks fresh gradients paid more than
             hidden communication.
         step_patience: with staleness > 0 and no overlap, a push that does not complete an update
-            may wait for it up to this fraction of the worker's push interval, when its peers are
-            expected to complete it by then (:mod:`lightning_hybrid.parameter_server.step_wait`):
+            may wait for it up to this fraction of the worker's cycle (from the server's reply to
+            its next push: everything the worker does, its waits for the server excluded), when its
+            peers are expected to complete it by then (:mod:`lightning_hybrid.parameter_server.step_wait`):
             workers that keep pace read fresh parameters, a lagging one holds nobody back. 0: never.
         batch_mode: deprecated; ``SSPStrategy(batch_mode=True)`` returns a
             :class:`~lightning_hybrid.strategies.cneural.CNeuralStrategy` (``strategy="cneural"``).

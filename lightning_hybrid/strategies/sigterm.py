@@ -1,0 +1,76 @@
+"""Lightning's SIGTERM check between training batches, without its per-batch wait.
+
+Lightning 2.6 broadcasts rank 0's "received SIGTERM" flag before every training batch and waits for
+the broadcast (``_TrainingEpochLoop._broadcast_sigterm_tensor``), so that a preempted job stops on
+every rank together. That broadcast is a synchronization point in every step: a fast rank waits
+there for the slowest one, before its own compute, even where the strategy lets it go on (a
+delayed all-reduce) or balances the work so that nobody waits (shares of the global batch). The
+strategies replace it by one of:
+
+* :class:`DeferredSigtermBroadcast` (ranks that meet at a per-step exchange: balanced data
+  parallelism, the delayed all-reduce): each batch starts the broadcast in the background and reads
+  the one started ``lag`` batches earlier, long done by then. Every rank still stops at the same
+  batch, ``lag`` batches after rank 0's SIGTERM; nobody waits for it. The flags travel in a gloo
+  group of their own (CPU tensors), so that they never interleave with the broadcast Lightning's
+  SIGTERM handler issues on the default group.
+* :func:`check_sigterm_locally` (workers that never meet between sync points: the parameter server):
+  each worker checks its own flag; the others stop when the server channel closes.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import pytorch_lightning as pl
+import torch
+import torch.distributed as dist
+from pytorch_lightning.utilities.exceptions import SIGTERMException
+
+from lightning_hybrid.comm.collectives import Pending, start_broadcast
+
+_HOOK = "_broadcast_sigterm_tensor"
+
+
+class DeferredSigtermBroadcast:
+    """Replaces Lightning's per-batch SIGTERM broadcast: each call starts this batch's broadcast and
+    reads the one started ``lag`` calls before (see the module docstring)."""
+
+    def __init__(self, trainer: pl.Trainer, lag: int = 1) -> None:
+        if lag < 1:
+            raise ValueError(f"lag must be at least one batch, got {lag}")
+        self.trainer, self.lag = trainer, lag
+        self._pending: deque[Pending] = deque()
+        self.group = dist.new_group(backend="gloo")  # every rank creates it, in setup
+
+    def __call__(self) -> None:
+        if len(self._pending) >= self.lag and self._pending.popleft().wait().item() == 1:
+            self._pending.clear()
+            raise SIGTERMException()
+        received = bool(getattr(self.trainer, "received_sigterm", False))
+        self._pending.append(start_broadcast(torch.tensor([int(received)]), src=0, group=self.group))
+
+
+def defer_sigterm_broadcast(trainer: pl.Trainer, lag: int = 1) -> None:
+    """Install a :class:`DeferredSigtermBroadcast` in this fit's training loop (Lightning versions
+    without the per-batch broadcast keep theirs)."""
+    epoch_loop = trainer.fit_loop.epoch_loop
+    if hasattr(type(epoch_loop), _HOOK):
+        setattr(epoch_loop, _HOOK, DeferredSigtermBroadcast(trainer, lag))
+
+
+def check_sigterm_locally(trainer: pl.Trainer) -> None:
+    """Each rank checks its own SIGTERM flag between training batches, with no collective."""
+    epoch_loop = trainer.fit_loop.epoch_loop
+    if not hasattr(type(epoch_loop), _HOOK):
+        return
+
+    def check_local_sigterm() -> None:
+        if getattr(trainer, "received_sigterm", False):
+            raise SIGTERMException()
+
+    setattr(epoch_loop, _HOOK, check_local_sigterm)
+
+
+def restore_sigterm_broadcast(trainer: pl.Trainer) -> None:
+    """Lightning's own per-batch broadcast again (after the fit)."""
+    vars(trainer.fit_loop.epoch_loop).pop(_HOOK, None)
