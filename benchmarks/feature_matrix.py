@@ -1,9 +1,13 @@
 """Lightning features x strategies: does each feature run, and does it do what it says?
 
 Each case is a small fit (an MLP on 64 synthetic samples, batch 8, 2 CPU processes) with one
-Trainer feature switched on, run in a process of its own (``--case STRATEGY FEATURE``). Rank 0
+Trainer feature switched on, run in a process of its own (``--case STRATEGY FEATURE``). Every rank
 records what happened (epochs, batches per epoch, validations, learning rates, logged values,
-checkpoints); the driver then checks that against what the feature means and prints one cell per
+checkpoints, and the counts Lightning keeps: ``global_step``, scheduler steps, the step of each
+checkpoint saved); the driver checks that against what the feature means, and compares the counts
+with what DDP did for the same Trainer arguments (:data:`COUNTS`; under cNeural, whose step is a
+pass, with DDP accumulating gradients over each epoch; under the parameter server, whose workers
+are dealt different numbers of batches, the batches of all ranks together). It prints one cell per
 case:
 
 * ``ok``: it ran and the check passed;
@@ -47,6 +51,7 @@ FEATURES: dict[str, dict] = {
     "max_steps": {"max_steps": 5, "max_epochs": 10},
     "fast_dev_run": {"fast_dev_run": True},
     "limit_train_batches": {"limit_train_batches": 2},
+    "limit_train_batches_fraction": {"limit_train_batches": 0.5},
     "limit_val_batches": {"limit_val_batches": 1},
     "val_check_interval": {"val_check_interval": 2},
     "check_val_every_n_epoch": {"check_val_every_n_epoch": 2},
@@ -136,6 +141,13 @@ def run_case(strategy_name: str, feature: str, out: Path) -> None:
                 return {"optimizer": opt, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
             return opt
 
+        def lr_scheduler_step(self, scheduler, metric):
+            self.scheduler_steps += 1
+            super().lr_scheduler_step(scheduler, metric)
+
+        def on_save_checkpoint(self, checkpoint):
+            self.checkpoint_steps.append(self.trainer.global_step)
+
     class Data(pl.LightningDataModule):
         def _loader(self):
             return DataLoader(TensorDataset(x, y), batch_size=BATCH)
@@ -173,6 +185,8 @@ def run_case(strategy_name: str, feature: str, out: Path) -> None:
 
     factories = {
         "ddp": lambda: "ddp",
+        "ddp_per_epoch": lambda: "ddp",
+        "single": lambda: "auto",
         "ssp": lambda: SSPStrategy(staleness=3, fork_ranks=True, timeout=60),
         "ssp_async": lambda: SSPStrategy(staleness=math.inf, fork_ranks=True, timeout=60),
         "cneural": lambda: CNeuralStrategy(fork_ranks=True, timeout=60),
@@ -205,8 +219,13 @@ def run_case(strategy_name: str, feature: str, out: Path) -> None:
         kwargs["logger"] = pl.loggers.CSVLogger(out, name="csv", version=0)
     if feature == "resume_from_checkpoint":
         kwargs["max_epochs"] = 1
+    if strategy_name == "ddp_per_epoch":  # cNeural's reference: one step per epoch (DDP accumulating over it)
+        kwargs["accumulate_grad_batches"] = SAMPLES // BATCH // 2
+    if strategy_name == "single":  # the pipeline's reference (one data-parallel replica: the whole batch of 8)
+        kwargs["devices"] = 1
     record: dict = {}
     module, data = Probe(), Data()
+    module.scheduler_steps, module.checkpoint_steps = 0, []
     trainer = pl.Trainer(strategy=factories[strategy_name](), callbacks=callbacks, **kwargs)
     try:
         if strategy_name == "partitioned_inference" or feature == "validate_test_predict":
@@ -231,6 +250,10 @@ def run_case(strategy_name: str, feature: str, out: Path) -> None:
                                                         "message": str(err)}))
         raise
     (out / f"samples_rank{trainer.global_rank}.json").write_text(json.dumps(recorder.samples))
+    counts = {"global_step": trainer.global_step, "epochs": len(recorder.batches), "validations": recorder.validations,
+              "scheduler_steps": module.scheduler_steps, "checkpoint_steps": module.checkpoint_steps,
+              "batches": [len(b) for b in recorder.batches]}
+    (out / f"counts_rank{trainer.global_rank}.json").write_text(json.dumps(counts))
     if trainer.global_rank != 0:
         return
     record.update(
@@ -257,14 +280,18 @@ def check(strategy: str, feature: str, r: dict, all_samples: list[list[list[floa
     match feature:
         case "max_epochs":
             return expect(r["current_epoch"] == EPOCHS and len(per_epoch) == EPOCHS, f"epochs {per_epoch}")
-        case "max_steps" if strategy == "cneural":  # batch mode: one optimizer step per pass
-            return expect(r["current_epoch"] == 5, f"stopped at epoch {r['current_epoch']}")
+        case "max_steps" if strategy == "cneural":  # batch mode: a step is a pass
+            return expect(r["current_epoch"] == 5 and r["global_step"] == 5, f"stopped at epoch {r['current_epoch']}, "
+                          f"step {r['global_step']}")
         case "max_steps":
-            return expect(r["current_epoch"] < 10 and r["global_step"] <= 5 + 1, f"stopped at epoch {r['current_epoch']}, "
+            return expect(r["current_epoch"] < 10 and r["global_step"] == 5, f"stopped at epoch {r['current_epoch']}, "
                           f"step {r['global_step']}")
         case "fast_dev_run":
             return expect(per_epoch == [1] and r["validations"] == 1, f"batches {per_epoch}, validations {r['validations']}")
-        case "limit_train_batches":
+        case "limit_train_batches" | "limit_train_batches_fraction" if strategy in DEALT:  # all ranks: 2 each
+            totals = [sum(len(rank[e]) for rank in all_samples) for e in range(len(all_samples[0]))]
+            return expect(all(t == 2 * 2 * BATCH for t in totals), f"samples per epoch, all ranks {totals}")
+        case "limit_train_batches" | "limit_train_batches_fraction":  # 2 batches of 4, or half of them
             return expect(all(n <= 2 for n in per_epoch), f"batches per epoch {per_epoch}")
         case "limit_val_batches":
             return expect(r["val_batches"] == r["validations"], f"{r['val_batches']} batches in {r['validations']} runs")
@@ -279,8 +306,9 @@ def check(strategy: str, feature: str, r: dict, all_samples: list[list[list[floa
             return expect(len(set(epochs)) == 1, "different samples in different epochs")
         case "epoch_lr_scheduler":
             return expect(r["lrs"] == [LR * 0.5**e for e in range(EPOCHS)], f"epoch learning rates {r['lrs']}")
-        case "step_lr_scheduler":
-            return expect(r["lr_end"] is not None and r["lr_end"] < LR * 0.9**3, f"final rate {r['lr_end']}")
+        case "step_lr_scheduler":  # one scheduler step per optimizer update
+            return expect(r["lr_end"] is not None and math.isclose(r["lr_end"], LR * 0.9 ** r["global_step"]),
+                          f"final rate {r['lr_end']} after {r['global_step']} steps")
         case "checkpoint_every_epoch":
             return expect(len(r["checkpoints"]) == EPOCHS, f"checkpoints {r['checkpoints']}")
         case "checkpoint_every_n_steps":
@@ -300,7 +328,43 @@ def check(strategy: str, feature: str, r: dict, all_samples: list[list[list[floa
             return None
 
 
-def classify(strategy: str, feature: str, out: Path, proc: subprocess.CompletedProcess) -> tuple[str, str]:
+#: What each strategy's counts are compared with: the same Trainer arguments under DDP (a step is a
+#: global batch), under DDP accumulating over each epoch (cNeural: a step is a pass) and in one
+#: process (the pipeline: one data-parallel replica).
+REFERENCE = {"cneural": "ddp_per_epoch", "hybrid": "single"}
+#: The counts compared, exactly.
+COUNTS = ("global_step", "epochs", "validations", "scheduler_steps", "checkpoint_steps")
+#: Strategies whose workers are dealt batches as they ask (compared: all ranks' batches together).
+DEALT = ("ssp", "ssp_async")
+
+
+def count_differences(strategy: str, feature: str, mine: list[dict], ref: list[dict]) -> str | None:
+    """What differs between a case's counts (one dict per rank) and its reference's, or None."""
+    problems = [f"{key} {mine[0][key]} ({REFERENCE.get(strategy, 'ddp')}: {ref[0][key]})"
+                for key in COUNTS if mine[0][key] != ref[0][key]]
+    steps = [c["global_step"] for c in mine]
+    if len(set(steps)) > 1:
+        problems.append(f"ranks end at different steps {steps}")
+    if strategy in DEALT:
+        # The server deals the epoch's batches: all ranks together train what DDP's ranks do. Under a step limit
+        # more: a server step takes a push per worker, and a stale push counts for less (the update rule).
+        got = [sum(c["batches"][e] for c in mine if e < len(c["batches"])) for e in range(mine[0]["epochs"])]
+        want = [sum(c["batches"][e] for c in ref if e < len(c["batches"])) for e in range(ref[0]["epochs"])]
+        limited = feature in ("max_steps", "fast_dev_run")
+        if len(got) != len(want) or any(g < w if limited else g != w for g, w in zip(got, want)):
+            problems.append(f"batches per epoch, all ranks {got} ({want})")
+    elif [c["batches"] for c in mine] != [c["batches"] for c in ref][: len(mine)]:
+        problems.append(f"batches per epoch per rank {[c['batches'] for c in mine]} ({[c['batches'] for c in ref]})")
+    return "; ".join(problems) or None
+
+
+def read_counts(out: Path) -> list[dict] | None:
+    files = sorted(out.glob("counts_rank*.json"))
+    return [json.loads(f.read_text()) for f in files] if files else None
+
+
+def classify(strategy: str, feature: str, out: Path, proc: subprocess.CompletedProcess,
+             reference: list[dict] | None = None) -> tuple[str, str]:
     if proc.returncode != 0 or not (out / "record.json").exists():
         error = json.loads((out / "error.json").read_text()) if (out / "error.json").exists() else None
         if error and not error["started"]:
@@ -311,6 +375,9 @@ def classify(strategy: str, feature: str, out: Path, proc: subprocess.CompletedP
         return "failed", tail[:200]
     all_samples = [json.loads(p.read_text()) for p in sorted(out.glob("samples_rank*.json"))]
     problem = check(strategy, feature, json.loads((out / "record.json").read_text()), all_samples)
+    counts = read_counts(out)
+    if problem is None and reference is not None and counts is not None:
+        problem = count_differences(strategy, feature, counts, reference)
     if problem and "training_step is not called" in proc.stderr:
         return "warned", "the pipeline does not call training_step (warned: log in on_pipeline_step)"
     return ("WRONG", problem) if problem else ("ok", "")
@@ -330,23 +397,36 @@ def main() -> None:
     import tempfile
 
     results: dict[str, dict[str, tuple[str, str]]] = {}
+    references = sorted({REFERENCE.get(s, "ddp") for s in args.strategies if s not in ("partitioned_inference",)})
     with tempfile.TemporaryDirectory() as tmp:
-        for strategy in args.strategies:
-            for feature in args.features:
+        env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_RANK", "MASTER_PORT", "WORLD_SIZE")}
+
+        def run(strategy: str, feature: str) -> tuple[Path, subprocess.CompletedProcess | None]:
+            case_dir = Path(tmp) / f"{strategy}-{feature}"
+            case_dir.mkdir(exist_ok=True)
+            try:
+                return case_dir, subprocess.run([sys.executable, __file__, "--case", strategy, feature, "--case-dir",
+                                                 str(case_dir)], capture_output=True, text=True, timeout=300, env=env)
+            except subprocess.TimeoutExpired:
+                return case_dir, None
+
+        for feature in args.features:
+            counts = {}
+            for reference in references:
+                if reference not in args.strategies:  # ddp_per_epoch, single: only as references
+                    counts[reference] = read_counts(run(reference, feature)[0])
+            for strategy in args.strategies:
                 if strategy == "partitioned_inference" and feature != "validate_test_predict":
                     continue
-                case_dir = Path(tmp) / f"{strategy}-{feature}"
-                case_dir.mkdir()
                 started = time.perf_counter()
-                env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_RANK", "MASTER_PORT", "WORLD_SIZE")}
-                try:
-                    proc = subprocess.run([sys.executable, __file__, "--case", strategy, feature, "--case-dir", str(case_dir)],
-                                          capture_output=True, text=True, timeout=300, env=env)
-                    outcome = classify(strategy, feature, case_dir, proc)
-                except subprocess.TimeoutExpired:
-                    outcome = ("failed", "timed out after 300 s")
+                case_dir, proc = run(strategy, feature)
+                if strategy in references:
+                    counts[strategy] = read_counts(case_dir)
+                reference = None if strategy == "ddp" else counts.get(REFERENCE.get(strategy, "ddp"))
+                outcome = ("failed", "timed out after 300 s") if proc is None else classify(
+                    strategy, feature, case_dir, proc, None if strategy == "partitioned_inference" else reference)
                 results.setdefault(feature, {})[strategy] = outcome
-                print(f"{strategy:>22} {feature:<26} {outcome[0]:<8} {time.perf_counter() - started:5.1f} s  {outcome[1]}",
+                print(f"{strategy:>22} {feature:<28} {outcome[0]:<8} {time.perf_counter() - started:5.1f} s  {outcome[1]}",
                       flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "feature_matrix.json").write_text(json.dumps(results, indent=1))

@@ -383,6 +383,7 @@ def main() -> None:
     parser.add_argument("--patterns", nargs="+", choices=PATTERNS, default=list(PATTERNS), help="the grid's patterns")
     parser.add_argument("--lrs", type=float, nargs="+", default=None,
                         help="sweep each contender's learning rate without stragglers first; keep its best")
+    parser.add_argument("--sweep-seeds", type=int, nargs="+", default=None, help="the sweep's seeds (default: --seeds)")
     parser.add_argument(
         "--clock", choices=["training", "wall"], default="training",
         help="time axis: training time without the validation loops (default), or all wall-clock time",
@@ -420,7 +421,8 @@ def main() -> None:
     try:
         if args.lrs:
             sweep: dict[str, dict[float, list[list[dict[str, float]]]]] = {name: {} for name, _ in contenders}
-            for seed in args.seeds:
+            sweep_seeds = args.sweep_seeds or args.seeds
+            for seed in sweep_seeds:
                 for lr in args.lrs:
                     for name, overrides in contenders:
                         sweep[name].setdefault(lr, []).append(run(
@@ -428,7 +430,7 @@ def main() -> None:
                                                                f"optimizer.lr={lr}"], common, workdir, args.clock))
             chosen = best_learning_rates(sweep, target)
             table = "\n".join([f"### learning-rate sweep ({args.model}, no stragglers)", "", header, "",
-                               f"Median over seeds {', '.join(map(str, args.seeds))} [range].", "",
+                               f"Median over seeds {', '.join(map(str, sweep_seeds))} [range].", "",
                                *sweep_lines(sweep, target, chosen)]) + "\n"
             args.out.mkdir(parents=True, exist_ok=True)
             (args.out / f"time_to_accuracy_lr_sweep_{args.model}.md").write_text(table)

@@ -220,10 +220,11 @@ class HeterogeneitySimulator(pl.Callback):
             # Pipeline stages wait for one another inside a step, balanced DP times its compute: slow the compute itself.
             trainer.strategy.inject_compute_slowdown(factor)
             step_factor, applied_by = 1.0, f"{type(trainer.strategy).__name__}'s compute"
-        if self.where != "compute":
-            self._per_sample_s, self._calibration = multiprocessing.get_context().Value("d", 0.0), []
+        self._per_sample_s, self._calibration = None, []
+        if self.where != "compute":  # a per-sample cost, calibrated on the first steps
+            self._per_sample_s = multiprocessing.get_context().Value("d", 0.0)
         if self.where == "data":
-            step_factor, applied_by = factor, "its training DataLoader's batches"
+            applied_by = "its training DataLoader's batches"
             self._slow_the_training_dataloaders(trainer.strategy)
         self.stretcher = StepStretcher(step_factor, self.straggle_prob, self.straggle_factor, seed=(self.seed, rank))
         if self.active:

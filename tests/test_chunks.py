@@ -135,3 +135,15 @@ def test_segments_follow_ddps_validation_points_and_the_last_holds_a_chunk_per_w
     while d.next_chunk(len(segments) % 2) is not None:
         segments.append(d.last_segment)
     assert segments == [0] * 6 + [1] * 6 + [2] * 7
+
+
+def test_exhausted_once_every_chunk_is_dealt():
+    """The server tells a max_steps stop inside an epoch from one at its end by this."""
+    for dynamic in (True, False):
+        d = ChunkDispenser(40, 10, 2, seed=0, dynamic=dynamic)
+        d.start_epoch(0)
+        dealt = 0
+        while not d.exhausted():
+            assert d.next_chunk(dealt % 2) is not None
+            dealt += 1
+        assert dealt == 4 and d.next_chunk(0) is None and d.next_chunk(1) is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -262,13 +263,29 @@ def test_epoch_scheduler_sets_the_rate_of_the_pass_it_steps_after(tmp_path):
         torch.testing.assert_close(result[f"net.{name}"], value, rtol=1e-5, atol=1e-6, msg=name)
 
 
-def test_step_interval_scheduler_is_warned_about():
-    from types import SimpleNamespace
+@pytest.mark.multiprocess
+def test_a_step_is_a_pass(tmp_path):
+    """trainer.global_step counts passes (the updates the model receives), max_steps=3 is three passes,
+    and a step-interval scheduler steps once per pass: each pass is applied at LR / 2**pass, the rate
+    in force during it, as full-batch gradient descent with that schedule."""
+    from lightning_hybrid.data.synthetic import synthetic_classification
 
-    from lightning_hybrid import CNeuralStrategy
-
-    strategy = CNeuralStrategy()
-    configs = [SimpleNamespace(interval="step", scheduler=torch.optim.lr_scheduler.StepLR(
-        torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1), step_size=1))]
-    with pytest.warns(UserWarning, match=r"one update per pass.*StepLR has interval 'step'.*interval 'epoch'"):
-        strategy._warn_step_interval_schedulers(configs)
+    passes, lr = 3, 0.5
+    run_train_script(tmp_path, "--strategy", "cneural", "--step-scheduler", "--lr", str(lr), "--epochs", "10",
+                     "--max-steps", str(passes))
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["global_step"] == passes and summary["lr"] == pytest.approx(lr / 2**passes), summary
+    history = json.loads((tmp_path / "ssp_history.json").read_text())
+    assert len(history) == passes  # one epoch per pass
+    pl.seed_everything(0)  # as tests/train_script.py: the same initial weights
+    net = MLP(activation="relu")
+    optimizer = torch.optim.SGD(net.parameters(), lr=lr)
+    x, y = synthetic_classification(256, (1, 28, 28), 10, seed=1)
+    for k in range(passes):
+        optimizer.param_groups[0]["lr"] = lr / 2**k
+        optimizer.zero_grad()
+        F.cross_entropy(net(x), y).backward()
+        optimizer.step()
+    result = torch.load(tmp_path / "rank0.pt", weights_only=False)
+    for name, value in net.state_dict().items():
+        torch.testing.assert_close(result[f"net.{name}"], value, rtol=1e-5, atol=1e-6, msg=name)

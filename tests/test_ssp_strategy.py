@@ -140,6 +140,30 @@ def test_max_steps_counts_server_steps_and_equals_ddp_at_staleness_zero(tmp_path
     assert len(history) == 1 and sum(w["iterations"] for w in history[0]) >= 12  # 6 rounds of 2 pushes
 
 
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("staleness", ["3", "inf"])
+def test_max_steps_stops_at_exactly_that_many_server_steps(tmp_path, staleness):
+    """global_step is the server's step count on every worker: max_steps=5 ends there at any staleness,
+    a step-interval scheduler has stepped once per server step (LR / 2**5), and, as under DDP, the
+    epoch the last step falls inside (16 batches: at least 8 steps) ends without validation."""
+    run_train_script(tmp_path, "--strategy", "ssp", "--staleness", staleness, "--max-steps", "5", "--epochs", "10",
+                     "--step-scheduler", "--lr", "0.1")
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["global_step"] == 5 and summary["lr"] == pytest.approx(0.1 / 2**5), summary
+    assert [len(load(tmp_path / f"validations_rank{r}.pt")) for r in (0, 1)] == [0, 0]
+
+
+@pytest.mark.multiprocess
+def test_a_fraction_of_the_batches(tmp_path):
+    """limit_train_batches=0.5: the server deals half of each worker's share of DDP's split, pooled: 2 x 4 of
+    the 2 x 8 batches of 16 each epoch."""
+    run_train_script(tmp_path, "--strategy", "ssp", "--staleness", "3", "--epochs", "2", "--limit-train-batches", "0.5")
+    seen = [load(tmp_path / f"indices_rank{r}.pt") for r in (0, 1)]
+    for epoch in (0, 1):
+        samples = [i for rank in seen for i in rank.get(epoch, [])]
+        assert len(samples) == len(set(samples)) == 8 * 16, (epoch, len(samples))
+
+
 def test_checkpoint_resume_continues_the_run(tmp_path, tmp_path_factory):
     """Staleness 0 is deterministic: 2 epochs + resume for a 3rd equals 3 straight epochs, which needs
     the server's momentum buffers to be in the checkpoint and back on the server after resuming."""

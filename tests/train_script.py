@@ -251,8 +251,10 @@ def main() -> None:
     parser.add_argument("--check-val-every", type=int, default=1, help="check_val_every_n_epoch")
     parser.add_argument("--val-check-interval", default="1.0", help="val_check_interval (a fraction, or batches)")
     parser.add_argument("--limit-val-batches", type=int, default=1)
+    parser.add_argument("--limit-train-batches", default="1.0", help="limit_train_batches (a fraction, or batches)")
     parser.add_argument("--log-step-sync", action="store_true", help="self.log(on_step=True, sync_dist=True) each step")
     parser.add_argument("--scheduler", action="store_true", help="StepLR(step_size=1, gamma=0.5) per epoch")
+    parser.add_argument("--step-scheduler", action="store_true", help="StepLR(step_size=1, gamma=0.5) per step")
     parser.add_argument("--delay", type=int, default=1, help="AllReduceASGDStrategy delay")
     parser.add_argument("--compensation", default=None)
     parser.add_argument("--dc-lambda", type=float, default=0.04)
@@ -327,6 +329,8 @@ def main() -> None:
         else:
             callbacks.append(pl.callbacks.ModelCheckpoint(dirpath=args.checkpoint_dir, save_top_k=-1, filename="{epoch}"))
     scheduler = partial(torch.optim.lr_scheduler.StepLR, step_size=1, gamma=0.5) if args.scheduler else None
+    if args.step_scheduler:
+        scheduler = {"scheduler": partial(torch.optim.lr_scheduler.StepLR, step_size=1, gamma=0.5), "interval": "step"}
     module = RecordingClassifier(
         MLP(activation="relu"), optimizer=partial(torch.optim.SGD, lr=args.lr, momentum=args.momentum), scheduler=scheduler,
         compute_sleep=args.compute_sleep, sample_sleep=args.sample_sleep, log_step_sync=args.log_step_sync,
@@ -337,6 +341,7 @@ def main() -> None:
         max_steps=args.max_steps, logger=False,
         enable_checkpointing=bool(args.checkpoint_dir), enable_progress_bar=False, enable_model_summary=False,
         callbacks=callbacks, num_sanity_val_steps=0, limit_val_batches=args.limit_val_batches, gradient_clip_val=args.clip,
+        limit_train_batches=float(args.limit_train_batches) if "." in args.limit_train_batches else int(args.limit_train_batches),
         accumulate_grad_batches=args.accumulate, precision=args.precision, overfit_batches=args.overfit_batches,
         fast_dev_run=args.fast_dev_run, check_val_every_n_epoch=args.check_val_every, val_check_interval=val_check_interval,
     )

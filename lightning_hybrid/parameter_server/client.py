@@ -32,6 +32,7 @@ class PullInfo:
     chunk_segment: int = 0  # the epoch's segment that batch belongs to
     epoch_over: bool = False  # asked for the next batch, but the epoch has none left
     stop: bool = False  # the server has taken its max_steps steps
+    stopped_inside_epoch: bool = False  # ... before the epoch's data was all dealt
     live: int = 0  # the workers the server has not lost, a bit each (worker w: 1 << w)
     adopt: int = 0  # batch mode: push the sum over these lost workers' shares (a bit each) before going on
 
@@ -78,6 +79,7 @@ class ParameterServerClient:
     def _receive_params(self, reply: Parameters, out: torch.Tensor) -> PullInfo:
         out.copy_(self._take(torch.float32, out.numel()))
         info = PullInfo(reply.version, reply.staleness, reply.gap, reply.max_gap, reply.global_syncs, stop=bool(reply.stop),
+                        stopped_inside_epoch=reply.stop == 2,
                         live=reply.live, adopt=reply.adopt)
         if reply.chunk > 0:
             info.chunk = self._take(torch.int64, reply.chunk).clone()

@@ -146,6 +146,16 @@ class ChunkDispenser:
         self.last_segment = self.segment_of(index)
         return self._order[index * self.batch_size : (index + 1) * self.batch_size]
 
+    def exhausted(self) -> bool:
+        """Whether every chunk of the epoch has been dealt (no member would get another)."""
+        if self._again:
+            return False
+        if self._dynamic_now:
+            return not self._undealt
+        if self.dynamic:
+            return self._next >= self.num_chunks
+        return all(self._taken[w] * len(self.members) + self.members.index(w) >= self.num_chunks for w in self.members)
+
     def segment_of(self, index: int) -> int:
         """The epoch's segment chunk ``index`` belongs to (0 without segments). The last segment
         holds at least one chunk per worker (a shorter rest joins the segment before it): every

@@ -181,7 +181,7 @@ class Parameters(Message):
     max_gap: int  # the largest gap recorded so far
     global_syncs: int  # delay-mode synchronizations (or BSP rounds) so far
     chunk: int = 0
-    stop: int = 0  # 1: the server has taken its max_steps steps; train no further
+    stop: int = 0  # the server has taken its max_steps steps, train no further: 1 at an epoch's end, 2 inside one
     live: int = 0  # the workers not lost, a bit each (worker w: 1 << w)
     adopt: int = 0  # batch mode: not released yet; push the gradient sum over these lost workers' shares first
     chunk_segment: int = 0  # the epoch's segment the batch that follows belongs to

@@ -95,6 +95,7 @@ class ParameterServer:
         self.controller = SyncController(num_workers, staleness, sync)
         self.rule = rule or UpdateRule()
         self.max_steps = max_steps
+        self._stop_code = 1
         self.waits = StepWaits(num_workers, step_patience)
         self.load = LoadMeter()
         self._configured_momentum: list[float | None] = []
@@ -148,7 +149,7 @@ class ParameterServer:
                 length = -1 if chunk is None else chunk.numel()
         segment = self.dispenser.last_segment if chunk is not None else 0
         reply = Parameters(self.version, self._last_staleness[worker], gap, c.max_gap, c.global_syncs, length,
-                           int(self.stopped), self._live_mask(), chunk_segment=segment)
+                           self.stop_code, self._live_mask(), chunk_segment=segment)
         self._reply(worker, reply, self._optimization(worker).flat_params, *([chunk] if chunk is not None else []))
         self.waits.replied(worker, time.monotonic())  # its next cycle starts
 
@@ -159,6 +160,13 @@ class ParameterServer:
     def stopped(self) -> bool:
         """Whether the server has taken its ``max_steps`` steps."""
         return 0 < self.max_steps <= self.version
+
+    @property
+    def stop_code(self) -> int:
+        """The ``stop`` a reply carries: 0 (go on), 1 (``max_steps`` taken once the epoch's data was all
+        dealt), 2 (taken inside the epoch: no validation at its end, as under DDP). The same in every
+        reply after the last step."""
+        return self._stop_code if self.stopped else 0
 
     def _deal(self, worker: int, epoch: int) -> torch.Tensor | None:
         """The worker's next chunk of ``epoch``, or None when that epoch is over (or not the current
@@ -261,7 +269,7 @@ class ParameterServer:
             if lost not in self._asked and self._adopter(lost) == worker:
                 self._asked[lost] = worker
                 c = self.controller
-                reply = Parameters(self.version, 0, 0, c.max_gap, c.global_syncs, stop=int(self.stopped),
+                reply = Parameters(self.version, 0, 0, c.max_gap, c.global_syncs, stop=self.stop_code,
                                    live=self._live_mask(), adopt=shares)
                 self._reply(worker, reply, self.opt.flat_params)
                 return
@@ -350,6 +358,8 @@ class ParameterServer:
         self.opt.optimizer.step()
         self.version += 1
         self.load.stepped()
+        if self.stopped:
+            self._stop_code = 1 if self.dispenser is None or self.dispenser.exhausted() else 2
 
     def _apply(self, decision: Decision, pusher: int | None = None) -> None:
         opt = self.opt

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import copy
 import logging
-import warnings
 from typing import Any
 
 import pytorch_lightning as pl
 import torch
+from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.trainer.states import RunningStage, TrainerFn
 from pytorch_lightning.utilities.data import _update_dataloader
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
@@ -44,11 +44,16 @@ class CNeuralStrategy(ParameterServerStrategy):
     ``fit(ckpt_path="last")`` give its crash recovery: rerunning the job resumes from the last
     completed pass.
 
-    Learning-rate schedulers: the pass's update is applied at the learning rates in force during
-    the pass (recorded at its mini-batches), not at those an epoch-interval scheduler sets for the
-    next epoch when the pass ends: ``interval: "epoch"`` means "per update", as the user means it.
-    A ``"step"`` interval advances once per mini-batch while the pass makes one update, so the pass
-    is applied at the rate of its last mini-batch; that is warned about when fitting starts.
+    A step is a pass: ``trainer.global_step`` counts passes (the optimizer updates the model
+    receives), and so does what Lightning drives by steps: ``max_steps`` (that many passes),
+    step-interval learning-rate schedulers (one scheduler step per pass; each pass is applied at the
+    rate in force during it), the loggers' step (``log_every_n_steps``), and
+    ``ModelCheckpoint(every_n_train_steps=N)``, which saves after every N-th pass's update (at the
+    epoch's end, as ``every_n_epochs=N``). Lightning sees each pass as one step whose gradients
+    accumulate over the whole epoch (``handles_gradient_accumulation``; the strategy adds each
+    mini-batch's gradient, times its samples, to the pass's sum). Epoch-interval schedulers: the
+    pass is applied at the rates in force during it, not at those the scheduler sets for the next
+    epoch when the pass ends.
 
     Validation inside a pass (``val_check_interval`` < 1.0) needs no exchange: every worker holds
     the parameters the pass started with until its end. The workers must reach it at the same
@@ -86,7 +91,7 @@ class CNeuralStrategy(ParameterServerStrategy):
     mid_epoch_checkpoints_instead = (
         "A pass is one update: inside it there is only a partial gradient sum on each worker, which a checkpoint "
         "cannot hold, and Lightning resumes a non-resumable loader mid-epoch from the epoch's first batches. Use "
-        "every_n_epochs (one checkpoint per pass)."
+        "every_n_epochs or every_n_train_steps (a step is a pass: one checkpoint per N passes)."
     )
 
     def __init__(
@@ -104,22 +109,34 @@ class CNeuralStrategy(ParameterServerStrategy):
         self._taken_over: set[int] = set()  # lost workers whose shares this worker computes
         self._resident_shares: dict[int, Dataset] = {}  # their resident shards (ShardDataModule)
 
+    @property
+    def handles_gradient_accumulation(self) -> bool:
+        """Lightning calls :meth:`optimizer_step` at every mini-batch (each adds to the pass's sum) and counts
+        one optimizer step per pass."""
+        return True
+
+    def check_trainer(self, trainer: pl.Trainer, model: pl.LightningModule | None) -> None:
+        self._checkpoint_every_n_passes(trainer)
+        super().check_trainer(trainer, model)
+
+    @staticmethod
+    def _checkpoint_every_n_passes(trainer: pl.Trainer) -> None:
+        """``ModelCheckpoint(every_n_train_steps=N)``: a step is a pass, which ends at the epoch's sync: save
+        there, every N epochs."""
+        for callback in trainer.callbacks:
+            if isinstance(callback, ModelCheckpoint) and callback._every_n_train_steps and callback._train_time_interval is None:
+                callback._every_n_epochs, callback._every_n_train_steps = callback._every_n_train_steps, 0
+                callback._save_on_train_epoch_end = True
+                log.info("CNeuralStrategy: a step is a pass; ModelCheckpoint saves after every %d-th pass",
+                         callback._every_n_epochs)
+
     def setup(self, trainer: pl.Trainer) -> None:
         super().setup(trainer)
         if trainer.state.fn != TrainerFn.FITTING:
             return
-        self._warn_step_interval_schedulers(trainer.lr_scheduler_configs)
-
-    @staticmethod
-    def _warn_step_interval_schedulers(configs: list[Any]) -> None:
-        stepwise = [type(c.scheduler).__name__ for c in configs if c.interval == "step"]
-        if stepwise:
-            warnings.warn(
-                f"CNeuralStrategy makes one update per pass (epoch), but the scheduler {', '.join(stepwise)} has "
-                "interval 'step': it advances once per mini-batch, and each pass is applied at the learning rate of "
-                "its last mini-batch. Return the scheduler with interval 'epoch' to change the rate per update.",
-                UserWarning, stacklevel=2,
-            )
+        epoch_loop = trainer.fit_loop.epoch_loop
+        # One optimizer step per pass: Lightning accumulates until the epoch's last batch.
+        epoch_loop._should_accumulate = lambda: not epoch_loop._num_ready_batches_reached()
 
     # ------------------------------------------------------------------ mid-pass validation
     def on_sync_start(self, trainer: pl.Trainer) -> None:
@@ -151,7 +168,11 @@ class CNeuralStrategy(ParameterServerStrategy):
         self._step_samples += samples
 
     def _replaced_step(self, optimizer: torch.optim.Optimizer) -> None:
-        """Add this step's mean gradient times its sample count to the pass's sum."""
+        """At the end of the user's gradient accumulation (every ``accumulate_grad_batches`` mini-batches,
+        and the pass's last), add the accumulated mean gradient times its sample count to the pass's sum."""
+        epoch_loop = self.lightning_module.trainer.fit_loop.epoch_loop
+        if not (epoch_loop._accumulated_batches_reached() or epoch_loop._num_ready_batches_reached()):
+            return  # the user accumulates: .grad sums on
         if self._pass_grad is None:
             self._pass_grad = torch.zeros_like(self._flat)
         self._pass_grad.add_(self._flat_grad(), alpha=float(self._step_samples))
@@ -224,4 +245,7 @@ class CNeuralStrategy(ParameterServerStrategy):
     def teardown(self) -> None:
         self._taken_over.clear()
         self._resident_shares.clear()
+        module = self.lightning_module
+        if module is not None and module._trainer is not None:
+            vars(module.trainer.fit_loop.epoch_loop).pop("_should_accumulate", None)
         super().teardown()

@@ -37,6 +37,7 @@ from lightning_hybrid.parameter_server.server import start_server
 from lightning_hybrid.strategies import common
 from lightning_hybrid.strategies.forked_ranks import ForkedProcess, Standby
 from lightning_hybrid.strategies.sigterm import check_sigterm_locally, restore_sigterm_broadcast
+from lightning_hybrid.strategies.step_count import restored_global_step
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +134,7 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
         #: ``Trainer(max_steps=N)``: N optimizer steps of the server (the workers' own counts differ).
         self.max_steps = -1
         self._stop = False  # the server has taken max_steps steps
+        self._steps_before = 0  # global_step of the checkpoint this fit resumed from
         self._weights_version = 0  # the server step of the parameters the model holds
         self._members: list[int] = []  # the workers not lost (on_worker_failure="continue")
         self._channel_prefix = ""
@@ -200,6 +202,7 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
         self._flat = torch.empty(sum(p.numel() for p in self._params), dtype=torch.float32)
         # The server counts the steps: each worker's Lightning loop must not stop at its own count.
         self.max_steps, trainer.fit_loop.epoch_loop.max_steps = trainer.max_steps, -1
+        self._steps_before = restored_global_step(trainer)  # a resumed run's server counts the steps left
         self._stop = False
         self._members = list(range(self.num_workers))
         self._open_server_channel()
@@ -213,7 +216,8 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
         settings = ServerSettings(
             host=str(env.main_address), port=int(env.main_port), prefix=f"lightning_hybrid/ps/{next(_SESSIONS)}/",
             workers=self.num_workers, staleness=self.staleness, sync=self.sync, timeout=self.timeout,
-            max_steps=self.max_steps, on_worker_failure=self.on_worker_failure, batch_mode=self.batch_mode,
+            max_steps=max(self.max_steps - self._steps_before, 1) if self.max_steps > 0 else -1,
+            on_worker_failure=self.on_worker_failure, batch_mode=self.batch_mode,
             num_params=self._flat.numel(), **self._update_rule(),
         )
         self._channel_prefix = settings.prefix

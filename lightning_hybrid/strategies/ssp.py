@@ -30,6 +30,7 @@ from lightning_hybrid.parameter_server.protocol import DatasetShape
 from lightning_hybrid.parameter_server.sync_controller import validate_staleness
 from lightning_hybrid.parameter_server.update_rule import UpdateRule
 from lightning_hybrid.strategies.parameter_server import ParameterServerStrategy, WorkerEpochStats
+from lightning_hybrid.strategies.step_count import ServerSteps
 
 __all__ = ["SSPStrategy", "ServerSampler", "WorkerEpochStats"]
 
@@ -116,12 +117,18 @@ class SSPStrategy(ParameterServerStrategy):
     * Mid-epoch validation (``val_check_interval``: a fraction of each worker's share of the epoch,
       or N batches per worker, as under DDP): the server cuts each epoch into segments of that many
       batches of all workers, with a global sync between them; validation runs there.
-    * ``max_steps`` counts the server's optimizer steps (``fast_dev_run`` too: one step);
+    * ``trainer.global_step`` is the server's optimizer steps (the steps of the parameters the worker
+      last pulled; the same on every worker at a sync point), and what Lightning drives by steps
+      follows it (:mod:`~lightning_hybrid.strategies.step_count`): ``max_steps`` (exactly that many
+      server steps at any staleness; ``fast_dev_run`` too: one step), step-interval LR schedulers
+      (one scheduler step per server step), the loggers' step (``log_every_n_steps``).
+      ``limit_train_batches`` (N batches or a fraction of each worker's share of DDP's split) caps
+      the batches the server deals per epoch at what DDP trains over all ranks.
       ``overfit_batches`` (any sequential sampler) deals the same batches, in order, every epoch.
     * Not supported (a clear error before workers start): manual optimization, several
-      optimizers, a time-based ``val_check_interval``, step- or time-based checkpointing (the
-      workers' step counts differ: there is no global step N), fractional ``limit_train_batches``,
-      fp16 with a gradient scaler, fewer than two workers.
+      optimizers, a time-based ``val_check_interval``, step- or time-based checkpointing (between
+      sync points the workers hold different server steps: no step N is every worker's), fp16
+      with a gradient scaler, fewer than two workers.
     * BatchNorm-style buffers stay per worker during an epoch and are broadcast from worker 0 at
       the epoch's synchronization.
 
@@ -190,6 +197,7 @@ class SSPStrategy(ParameterServerStrategy):
         self._dealt: deque[tuple[torch.Tensor, int]] = deque()  # (indices, the epoch's segment they belong to)
         self._dealt_epoch: int | None = None
         self._data_epoch_over = False
+        self._stopped_inside_epoch = False  # max_steps was reached before the epoch's data ran out
         self._limit_train_batches: int | float = 1.0
         self._batches_since_push = 0  # the dealt batches the next push's gradient covers
         self._val_check_interval: int | float = 1.0  # the user's; Lightning sees 1.0 (the epoch's length is unknown)
@@ -198,6 +206,7 @@ class SSPStrategy(ParameterServerStrategy):
         self._sync_before: int | None = None  # the first batch of the next segment (sync before training it)
         self._segment_sync = False  # the last sync point was a segment's, not the epoch's end
         self._saving_after_validation: list[Any] = []  # ModelCheckpoints told to save after validation (undone at teardown)
+        self._server_steps: ServerSteps | None = None  # trainer.global_step: the server's steps
 
     def _update_rule(self) -> dict[str, Any]:
         return {
@@ -219,14 +228,6 @@ class SSPStrategy(ParameterServerStrategy):
             raise ValueError(
                 "SSPStrategy places mid-epoch validation within each epoch; check_val_every_n_epoch=None (validation "
                 "counted over all epochs' batches) has no such point. Set check_val_every_n_epoch=1."
-            )
-
-    def check_trainer(self, trainer: pl.Trainer, model: pl.LightningModule | None) -> None:
-        super().check_trainer(trainer, model)
-        limit = trainer.limit_train_batches
-        if isinstance(limit, float) and limit != 1.0:
-            raise ValueError(
-                f"SSPStrategy supports limit_train_batches as an integer (batches per worker, pooled) or 1.0, got {limit}"
             )
 
     def setup(self, trainer: pl.Trainer) -> None:
@@ -251,12 +252,16 @@ class SSPStrategy(ParameterServerStrategy):
 
             def should_check_val_or_segment_ended(data_fetcher: Any) -> bool:
                 ended = self._segment_ended(epoch_loop.batch_idx)
+                if self._stopped_inside_epoch:  # max_steps inside an epoch: no validation, as under DDP
+                    return False
                 return should_check_val(data_fetcher) or (ended and epoch_loop._should_check_val_epoch())
 
             should_check_val_or_segment_ended.segment_syncs = True
             epoch_loop._should_check_val_fx = should_check_val_or_segment_ended
         if self.overlap and self.staleness > 0:
             self._comm = ThreadPoolExecutor(1, thread_name_prefix="ssp-push")
+        self._server_steps = ServerSteps(trainer, self._steps_before)
+        self._stopped_inside_epoch = False
 
     # ------------------------------------------------------------------ data from the server
     def process_dataloader(self, dataloader: object) -> object:
@@ -265,12 +270,11 @@ class SSPStrategy(ParameterServerStrategy):
             return dataloader
         if dataloader.batch_size is None:
             raise ValueError("SSPStrategy needs a training DataLoader with a batch_size (the server deals batches)")
-        limit = self._limit_train_batches
         self.dataset_shape = DatasetShape(
             num_samples=len(dataloader.dataset),
             batch_size=dataloader.batch_size,
             drop_last=dataloader.drop_last,
-            max_chunks=None if isinstance(limit, float) else int(limit) * self.num_workers,
+            max_chunks=self._epoch_chunks(len(dataloader.dataset), dataloader.batch_size, dataloader.drop_last),
             seed=int(os.environ.get("PL_GLOBAL_SEED", 0)),  # DistributedSampler's seed: the same epoch order
             # Unshuffled when the user's sampler is sequential (or overfit_batches made it so): the
             # same batches every epoch, as under DDP.
@@ -281,6 +285,18 @@ class SSPStrategy(ParameterServerStrategy):
         segment = segment_chunks(self._val_check_interval, num_chunks, self.num_workers)
         self.dataset_shape = dataclasses.replace(self.dataset_shape, segment_chunks=segment)
         return _update_dataloader(dataloader, ServerSampler(self), mode=RunningStage.TRAINING)
+
+    def _epoch_chunks(self, samples: int, batch_size: int, drop_last: bool) -> int | None:
+        """The batches the server deals per epoch under ``limit_train_batches`` (None: all), as many as
+        DDP trains over all its ranks: N per rank for an integer N; for a fraction, that fraction of each
+        rank's share of DDP's split (``ceil(samples / workers)`` samples), rounded down as Lightning does."""
+        limit, workers = self._limit_train_batches, self.num_workers
+        if isinstance(limit, int):
+            return limit * workers
+        if limit >= 1.0:
+            return None
+        per_worker = chunks_per_epoch(math.ceil(samples / workers), batch_size, drop_last)
+        return max(1, int(per_worker * limit)) * workers
 
     def _start_data_epoch(self, epoch: int) -> None:
         if epoch != self._dealt_epoch:
@@ -356,9 +372,11 @@ class SSPStrategy(ParameterServerStrategy):
 
     def _received(self, info: PullInfo) -> None:
         self._note(info)
+        self._server_steps.server_at(info.version)
         if info.chunk is not None:
             self._dealt.append((info.chunk, info.chunk_segment))
         self._data_epoch_over |= info.epoch_over or info.stop
+        self._stopped_inside_epoch |= info.stopped_inside_epoch
         stats = self._epoch
         stats["iterations"] += 1
         stats["staleness_sum"] += info.staleness
@@ -369,6 +387,8 @@ class SSPStrategy(ParameterServerStrategy):
     def _pull_at_sync(self) -> None:
         self._settle()
         super()._pull_at_sync()
+        self._server_steps.server_at(self._weights_version)
+        self._server_steps.synchronized()
 
     def _begin_async_phase(self) -> None:
         if self._segment_sync:  # the epoch goes on after a segment's sync: its figures too
@@ -394,4 +414,7 @@ class SSPStrategy(ParameterServerStrategy):
         for callback in self._saving_after_validation:
             callback._save_on_train_epoch_end = None
         self._saving_after_validation = []
+        if self._server_steps is not None:
+            self._server_steps.remove()
+            self._server_steps = None
         super().teardown()
