@@ -334,10 +334,13 @@ def sweep_lines(sweep: dict[str, dict[float, list[list[dict[str, float]]]]], tar
 def grid_lines(stats: dict[str, dict[str, list[float]]], scenarios: list[Scenario], names: list[str],
                target: float) -> list[str]:
     """One row per scenario: each contender's speed-up against the first (median times), and what a
-    throughput-balanced synchronous DP could reach at most ((f + 1) / 2 for one rank f times slower)."""
+    throughput-balanced synchronous DP could reach at most: ``(f + 1) / 2`` for one rank ``f`` times
+    slower, with ``f`` the nominal slowdown and the one measured, the reference's (DDP's) seconds per
+    epoch in the scenario over those without stragglers (DDP runs at the slowest rank's pace)."""
     ref = names[0]
+    calm = next((stats[s.name][ref] for s in scenarios if s.name == "none"), None)
     lines = [
-        f"| scenario | " + " | ".join(f"{n}" for n in names) + " | balanced's limit (x 0.75) |",
+        f"| scenario | " + " | ".join(f"{n}" for n in names) + " | balanced's limit: nominal, measured (x 0.75) |",
         "|---|" + "---|" * (len(names) + 1),
     ]
     for scenario in scenarios:
@@ -353,7 +356,11 @@ def grid_lines(stats: dict[str, dict[str, list[float]]], scenarios: list[Scenari
             else:
                 cells.append(f"{ref_time / median:.2f}x" if math.isfinite(ref_time) else f"{median:.1f} s")
         limit = (scenario.slowdown + 1) / 2 if scenario.slowdown > 1 else 1.0
-        lines.append(f"| {scenario.name} | " + " | ".join(cells) + f" | {limit:.2f}x ({0.75 * limit:.2f}x) |")
+        measured = "-"
+        if calm is not None and scenario.slowdown > 1:
+            slowdown = statistics.median(row[ref]["epoch_s"]) / statistics.median(calm["epoch_s"])
+            measured = f"{(slowdown + 1) / 2:.2f}x ({0.75 * (slowdown + 1) / 2:.2f}x; f = {slowdown:.2f})"
+        lines.append(f"| {scenario.name} | " + " | ".join(cells) + f" | {limit:.2f}x, {measured} |")
     return lines
 
 

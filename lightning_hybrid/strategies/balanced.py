@@ -116,7 +116,8 @@ class BalancedDataParallelStrategy(common.CheckedDDPStrategy):
     checkpoints, which keep the shares, pending changes and speed estimates; resuming from an epoch-end
     checkpoint continues with them. ``inject_compute_slowdown`` (used by
     :class:`~lightning_hybrid.callbacks.HeterogeneitySimulator` with ``where="compute"``) slows this
-    rank's forward and backward right before its last bucket's all-reduce. The module's loss must be a mean over its batch, as for DDP's averaged gradient.
+    rank's forward and backward right before its last bucket's all-reduce. The module's loss must
+    be a mean over its batch, as for DDP's averaged gradient.
 
     Refused before processes start: manual optimization, speeds that are not positive finite numbers
     or not one per rank, a global batch smaller than the ranks or than ranks x ``min_share``.
