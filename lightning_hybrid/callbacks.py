@@ -92,7 +92,9 @@ class HeterogeneitySimulator(pl.Callback):
 
     The rank's work in each training batch (forward, backward, optimizer step and the hooks around
     them, measured as the process's CPU time on CPU devices, as wall-clock time minus the time the
-    strategy reports waiting on GPUs) is what a slowdown multiplies; the extra time is slept:
+    strategy reports waiting on GPUs) is what a slowdown multiplies; the extra time is slept. (CPU
+    time is the work when each process runs one torch thread, as the CLI sets on CPU with as many
+    processes as cores; intra-op threads spinning while another process has the core add to it.)
 
     * ``where="compute"``: ``factor - 1`` times the step's work, inside the strategy where it times
       its compute, for strategies that can slow it themselves (``inject_compute_slowdown``:

@@ -91,10 +91,13 @@ class _StepWork(pl.Callback):
 
 
 @pytest.mark.parametrize("where", ["compute", "after_step", "data"])
-def test_slowdown_stretches_the_step_time_by_its_factor(tmp_path, where):
+def test_slowdown_stretches_the_step_time_by_its_factor(tmp_path, where, request):
     """A 3x slowdown sleeps twice the rank's work (its CPU time over each step), after the step or,
     ``where="data"``, in the DataLoader's collate function; the epoch lasts that much longer."""
     pl.seed_everything(0)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # CPU time is the work: intra-op threads spinning while others run would add to it
+    request.addfinalizer(lambda: torch.set_num_threads(threads))
     timer, work, sim = EpochTimer(), _StepWork(), HeterogeneitySimulator(slowdown=[3.0], where=where)
     trainer = pl.Trainer(
         accelerator="cpu", devices=1, max_epochs=1, limit_train_batches=20, limit_val_batches=0, logger=False,

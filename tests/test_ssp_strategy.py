@@ -236,7 +236,6 @@ def tiny_fit(**trainer_kwargs):
         (dict(devices=1), "at least two workers"),
         (dict(val_check_interval="00:00:00:05"), "time-based val_check_interval"),
         (dict(val_check_interval=3, check_val_every_n_epoch=None), "check_val_every_n_epoch=None"),
-        (dict(limit_train_batches=0.5), "limit_train_batches"),
         (dict(callbacks=[pl.callbacks.ModelCheckpoint(every_n_train_steps=5)], enable_checkpointing=True), "every_n_train_steps"),
     ],
 )

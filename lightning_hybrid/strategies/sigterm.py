@@ -11,14 +11,20 @@ strategies replace it by one of:
   parallelism, the delayed all-reduce): each batch starts the broadcast in the background and reads
   the one started ``lag`` batches earlier, long done by then. Every rank still stops at the same
   batch, ``lag`` batches after rank 0's SIGTERM; nobody waits for it. The flags travel in a gloo
-  group of their own (CPU tensors), so that they never interleave with the broadcast Lightning's
-  SIGTERM handler issues on the default group.
+  group of their own (CPU tensors). Lightning's SIGTERM handler is replaced too: it broadcasts on
+  the default group, for the other ranks' per-batch broadcast to receive (with that broadcast gone
+  it would wait forever for a rank blocked in the step's all-reduce), and it sets the flag each rank
+  checks after every batch on its own, so that ranks the signal reaches a batch apart stop a batch
+  apart (the later one then fails on the closed connection). Here the handler only forwards the
+  signal to the ranks the launcher started and records it; rank 0's record travels in the
+  deferred broadcast and every rank stops at the same batch.
 * :func:`check_sigterm_locally` (workers that never meet between sync points: the parameter server):
   each worker checks its own flag; the others stop when the server channel closes.
 """
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 
 import pytorch_lightning as pl
@@ -29,6 +35,7 @@ from pytorch_lightning.utilities.exceptions import SIGTERMException
 from lightning_hybrid.comm.collectives import Pending, start_broadcast
 
 _HOOK = "_broadcast_sigterm_tensor"
+log = logging.getLogger(__name__)
 
 
 class DeferredSigtermBroadcast:
@@ -39,23 +46,37 @@ class DeferredSigtermBroadcast:
         if lag < 1:
             raise ValueError(f"lag must be at least one batch, got {lag}")
         self.trainer, self.lag = trainer, lag
+        #: A SIGTERM was received here (rank 0's decides: it is what the broadcast carries).
+        self.requested = False
         self._pending: deque[Pending] = deque()
         self.group = dist.new_group(backend="gloo")  # every rank creates it, in setup
 
     def __call__(self) -> None:
         if len(self._pending) >= self.lag and self._pending.popleft().wait().item() == 1:
             self._pending.clear()
+            self.trainer._signal_connector.received_sigterm = True
             raise SIGTERMException()
-        received = bool(getattr(self.trainer, "received_sigterm", False))
+        received = self.requested or bool(getattr(self.trainer, "received_sigterm", False))
         self._pending.append(start_broadcast(torch.tensor([int(received)]), src=0, group=self.group))
 
 
 def defer_sigterm_broadcast(trainer: pl.Trainer, lag: int = 1) -> None:
-    """Install a :class:`DeferredSigtermBroadcast` in this fit's training loop (Lightning versions
-    without the per-batch broadcast keep theirs)."""
+    """Install a :class:`DeferredSigtermBroadcast` in this fit's training loop and a SIGTERM handler
+    that does not broadcast (before Lightning registers its handlers; Lightning versions without the
+    per-batch broadcast keep theirs)."""
     epoch_loop = trainer.fit_loop.epoch_loop
-    if hasattr(type(epoch_loop), _HOOK):
-        setattr(epoch_loop, _HOOK, DeferredSigtermBroadcast(trainer, lag))
+    if not hasattr(type(epoch_loop), _HOOK):
+        return
+    deferred = DeferredSigtermBroadcast(trainer, lag)
+    setattr(epoch_loop, _HOOK, deferred)
+
+    def notify(signum: int, frame: object) -> None:
+        log.info("rank %d: received SIGTERM (%d); every rank stops %d batch(es) on", trainer.global_rank, signum, lag)
+        if not deferred.requested and trainer.strategy.launcher is not None:
+            trainer.strategy.launcher.kill(signum)  # as Lightning's handler: pass it on to the ranks started here
+        deferred.requested = True
+
+    trainer._signal_connector._sigterm_notifier_fn = notify
 
 
 def check_sigterm_locally(trainer: pl.Trainer) -> None:
@@ -72,5 +93,6 @@ def check_sigterm_locally(trainer: pl.Trainer) -> None:
 
 
 def restore_sigterm_broadcast(trainer: pl.Trainer) -> None:
-    """Lightning's own per-batch broadcast again (after the fit)."""
+    """Lightning's own per-batch broadcast and SIGTERM handler again (after the fit)."""
     vars(trainer.fit_loop.epoch_loop).pop(_HOOK, None)
+    vars(trainer._signal_connector).pop("_sigterm_notifier_fn", None)
