@@ -308,6 +308,16 @@ def epoch_accuracy_lines(results: dict[str, list[list[dict[str, float]]]]) -> li
     return lines
 
 
+def read_results(csv_path: Path) -> dict[str, list[list[dict[str, float]]]]:
+    """The curves a scenario's CSV file holds: contender -> one curve per seed (in file order)."""
+    curves: dict[str, dict[int, list[dict[str, float]]]] = {}
+    with open(csv_path) as f:
+        for row in csv.DictReader(f):
+            curve = curves.setdefault(row["contender"], {}).setdefault(int(row["seed"]), [])
+            curve.append({"epoch": int(row["epoch"]), "elapsed_s": float(row["elapsed_s"]), "val_acc": float(row["val_acc"])})
+    return {name: list(by_seed.values()) for name, by_seed in curves.items()}
+
+
 def best_learning_rates(sweep: dict[str, dict[float, list[list[dict[str, float]]]]], target: float) -> dict[str, float]:
     """Each contender's rate with the shortest median time to ``target`` (not reached: infinite; ties:
     the higher median accuracy at the end)."""
@@ -396,6 +406,8 @@ def main() -> None:
         help="time axis: training time without the validation loops (default), or all wall-clock time",
     )
     parser.add_argument("--extra", default="", help="comma-separated overrides for every run")
+    parser.add_argument("--summarize", action="store_true",
+                        help="run nothing: rebuild the grid's summary from the CSV files an earlier run wrote to --out")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     args = parser.parse_args()
 
@@ -422,9 +434,15 @@ def main() -> None:
         f"an 'epoch' = {args.batches_per_epoch} batches per worker, test accuracy after each; "
         f"clock: {'training time, validation excluded' if args.clock == 'training' else 'wall-clock, validation included'}"
     )
+    target = max(args.target)
+    if args.summarize:
+        results = {s.name: read_results(args.out / f"time_to_accuracy_{s.name}.csv") for s in scenarios}
+        names = list(next(iter(results.values())))
+        grid = {name: {c: summarize(curves, target) for c, curves in by.items()} for name, by in results.items()}
+        print("\n".join(grid_lines(grid, scenarios, names, target)))
+        return
     workdir = Path(tempfile.mkdtemp(prefix="lh_tta_"))
     start = time.perf_counter()
-    target = max(args.target)
     try:
         if args.lrs:
             sweep: dict[str, dict[float, list[list[dict[str, float]]]]] = {name: {} for name, _ in contenders}
