@@ -7,7 +7,9 @@ server rank 0, worker ``w`` rank ``w + 1``. It reaches across hosts exactly as t
 does, so the same code runs on one box and on a cluster. It carries CPU tensors
 (:data:`~lightning_hybrid.comm.collectives.SIDE_CHANNEL_DEVICE`) whatever the workers train on:
 messages of :mod:`~lightning_hybrid.parameter_server.protocol` with their payloads, one buffer each
-(:class:`Mailbox`).
+(:class:`Mailbox`). A worker on the server's host moves the bulk of its messages (gradients,
+parameters) through a shared-memory segment instead
+(:mod:`~lightning_hybrid.parameter_server.shared_memory`); the messages still go through here.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from lightning_hybrid.comm.collectives import SIDE_CHANNEL_DEVICE
 from lightning_hybrid.parameter_server.protocol import (
     HEADER_LEN, TAG_REPLY, TAG_REPLY_PAYLOAD, TAG_REQUEST, TAG_REQUEST_PAYLOAD, Message, decode, encode,
 )
+from lightning_hybrid.parameter_server.shared_memory import SharedSegment
 
 
 class ChannelClosedError(RuntimeError):
@@ -78,17 +81,27 @@ def _padded(nbytes: int) -> int:
 
 
 class Payload:
-    """A received message's payload, read front to back (each tensor 8-byte aligned). The tensors
-    read are views of the mailbox's buffer, valid until its next receive: copy what you keep."""
+    """A received message's payload, read front to back (each tensor 8-byte aligned), and its bulk
+    (:meth:`bulk`: last in the payload, or in the shared-memory region ``shared``). The tensors read
+    are views of the mailbox's buffer or of the region, valid until the next message: copy what you keep."""
 
-    def __init__(self, data: torch.Tensor) -> None:
+    def __init__(self, data: torch.Tensor, shared: tuple[SharedSegment, str] | None = None,
+                 bulk_dtype: torch.dtype = torch.float32) -> None:
         self.data, self.offset = data, 0
+        self.shared, self.bulk_dtype = shared, bulk_dtype
 
     def take(self, dtype: torch.dtype, count: int) -> torch.Tensor:
         nbytes = count * torch.empty((), dtype=dtype).element_size()
         piece = self.data[self.offset : self.offset + nbytes].view(dtype)
         self.offset += _padded(nbytes)
         return piece
+
+    def bulk(self, count: int) -> torch.Tensor:
+        """The message's vector of the model's size (``count`` values of the wire's dtype)."""
+        if self.shared is None:
+            return self.take(self.bulk_dtype, count)
+        segment, region = self.shared
+        return segment.read(region, self.bulk_dtype, count)
 
 
 class Mailbox:
@@ -98,12 +111,18 @@ class Mailbox:
     receiver's buffer (:func:`capacity_for` the model's size) follows in a second message.
 
     Both ends size their buffers from the parameter count they know (:meth:`grow`): the server at
-    ``Init``, a worker from its own model.
+    ``Init``, a worker from its own model. The bulk (:meth:`send`'s ``bulk``) travels in
+    ``bulk_dtype``, in the message or, once :attr:`segment` is set (both ends of a worker's mailbox
+    set it), through that shared-memory segment: a request's in its ``requests`` region, a reply's
+    in ``replies``.
     """
 
-    def __init__(self, pg: dist.ProcessGroup, num_params: int = 0) -> None:
+    def __init__(self, pg: dist.ProcessGroup, num_params: int = 0, bulk_dtype: torch.dtype = torch.float32) -> None:
         self.pg = pg
+        self.bulk_dtype = bulk_dtype
+        self.segment: SharedSegment | None = None
         self._buffer = torch.empty(0, dtype=torch.uint8)
+        self._outgoing = torch.empty(0, dtype=torch.uint8)  # reused: a send returns once gloo is done with it
         self.grow(num_params)
 
     @property
@@ -115,19 +134,36 @@ class Mailbox:
         if capacity_for(num_params) > self.capacity:
             self._buffer = torch.empty(capacity_for(num_params), dtype=torch.uint8)
 
-    def send(self, message: Message, dst: int, payloads: Sequence[torch.Tensor] = (), reply: bool = False) -> None:
-        """Send ``message`` and its payload tensors to channel rank ``dst`` (a reply with ``reply``)."""
-        sizes = [_padded(t.numel() * t.element_size()) for t in payloads]
+    def _region(self, reply: bool) -> tuple[SharedSegment, str] | None:
+        return None if self.segment is None else (self.segment, "replies" if reply else "requests")
+
+    def send(self, message: Message, dst: int, payloads: Sequence[torch.Tensor] = (), reply: bool = False,
+             bulk: torch.Tensor | None = None) -> None:
+        """Send ``message`` and its payload tensors to channel rank ``dst`` (a reply with ``reply``);
+        ``bulk``, converted to :attr:`bulk_dtype`, after them or through the shared segment."""
+        region = self._region(reply)
+        if bulk is not None and region is not None:
+            region[0].write(region[1], bulk, self.bulk_dtype)  # before the message that says it is there
+            bulk = None
+        parts = [t.detach().to(SIDE_CHANNEL_DEVICE).contiguous().view(-1).view(torch.uint8) for t in payloads]
+        sizes = [_padded(p.numel()) for p in parts]
+        if bulk is not None:
+            sizes.append(_padded(bulk.numel() * torch.empty((), dtype=self.bulk_dtype).element_size()))
         total = sum(sizes)
         inline = _HEADER_BYTES + total <= self.capacity
-        packed = torch.empty(_HEADER_BYTES + (total if inline else 0), dtype=torch.uint8)
+        needed = _HEADER_BYTES + (total if inline else 0)
+        if self._outgoing.numel() < needed:
+            self._outgoing = torch.empty(needed, dtype=torch.uint8)
+        packed = self._outgoing[:needed]
         packed[:_HEADER_BYTES] = encode(message, total, inline).view(torch.uint8)
         body = packed[_HEADER_BYTES:] if inline else torch.empty(total, dtype=torch.uint8)
         offset = 0
-        for tensor, size in zip(payloads, sizes):
-            flat = tensor.detach().to(SIDE_CHANNEL_DEVICE).contiguous().view(-1).view(torch.uint8)
-            body[offset : offset + flat.numel()] = flat
+        for part, size in zip(parts, sizes):
+            body[offset : offset + part.numel()] = part
             offset += size
+        if bulk is not None:  # converted to the wire's dtype as it is copied in
+            nbytes = bulk.numel() * torch.empty((), dtype=self.bulk_dtype).element_size()
+            body[offset : offset + nbytes].view(self.bulk_dtype).copy_(bulk.detach().reshape(-1))
         send(self.pg, packed, dst, TAG_REPLY if reply else TAG_REQUEST)
         if not inline:
             send(self.pg, body, dst, TAG_REPLY_PAYLOAD if reply else TAG_REQUEST_PAYLOAD)
@@ -138,9 +174,10 @@ class Mailbox:
         recv(self.pg, buffer, src, TAG_REPLY if reply else TAG_REQUEST)
         message, nbytes, inline = decode(buffer[:_HEADER_BYTES].view(torch.int64))
         if inline:
-            return message, Payload(buffer[_HEADER_BYTES : _HEADER_BYTES + nbytes])
-        body = recv(self.pg, torch.empty(nbytes, dtype=torch.uint8), src, TAG_REPLY_PAYLOAD if reply else TAG_REQUEST_PAYLOAD)
-        return message, Payload(body)
+            data = buffer[_HEADER_BYTES : _HEADER_BYTES + nbytes]
+        else:
+            data = recv(self.pg, torch.empty(nbytes, dtype=torch.uint8), src, TAG_REPLY_PAYLOAD if reply else TAG_REQUEST_PAYLOAD)
+        return message, Payload(data, self._region(reply), self.bulk_dtype)
 
 
 class Inbox:
@@ -151,9 +188,10 @@ class Inbox:
     request outstanding at a time, so each mailbox alternates between two buffers: a payload stays
     valid while the request after it arrives."""
 
-    def __init__(self, pg: dist.ProcessGroup, workers: int, num_params: int = 0) -> None:
-        self.mailboxes = [Mailbox(pg, num_params) for _ in range(workers)]
-        self._spares = [Mailbox(pg, num_params) for _ in range(workers)]  # the second buffer of each worker
+    def __init__(self, pg: dist.ProcessGroup, workers: int, num_params: int = 0,
+                 bulk_dtype: torch.dtype = torch.float32) -> None:
+        self.mailboxes = [Mailbox(pg, num_params, bulk_dtype) for _ in range(workers)]
+        self._spares = [Mailbox(pg, num_params, bulk_dtype) for _ in range(workers)]  # the second buffer of each worker
         self._ready: queue.Queue[tuple[int, Message | None, Payload | BaseException]] = queue.Queue()
         for worker in range(workers):
             threading.Thread(target=self._listen, args=(worker,), daemon=True, name=f"ps-inbox-{worker}").start()
@@ -185,8 +223,13 @@ class Inbox:
             raise WorkerLostError(worker, payload) from payload
         return worker, message, payload
 
-    def send(self, message: Message, worker: int, payloads: Sequence[torch.Tensor] = ()) -> None:
-        self.mailboxes[worker].send(message, worker + 1, payloads, reply=True)
+    def attach(self, worker: int, segment: SharedSegment) -> None:
+        """From the next message on, ``worker``'s bulk travels through ``segment`` (both its buffers)."""
+        self.mailboxes[worker].segment = self._spares[worker].segment = segment
+
+    def send(self, message: Message, worker: int, payloads: Sequence[torch.Tensor] = (),
+             bulk: torch.Tensor | None = None) -> None:
+        self.mailboxes[worker].send(message, worker + 1, payloads, reply=True, bulk=bulk)
 
 
 def to_bytes(obj: Any) -> torch.Tensor:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -12,9 +13,12 @@ from lightning_hybrid.parameter_server import channel
 from lightning_hybrid.parameter_server.channel import ChannelClosedError
 from lightning_hybrid.parameter_server.load import ServerLoad
 from lightning_hybrid.parameter_server.protocol import (
-    Bye, Chunk, DatasetShape, Finish, GetState, Init, Initialized, Message, NextChunk, Parameters, Push, Refused,
-    Shutdown, State,
+    ATTACHED, NOT_ON_THIS_HOST, Attach, Attached, Bye, Chunk, DatasetShape, Finish, GetState, Init, Initialized, Message,
+    NextChunk, Parameters, Push, Refused, Shutdown, State,
 )
+from lightning_hybrid.parameter_server.shared_memory import SHM_DIR, SharedSegment
+
+log = logging.getLogger(__name__)
 
 __all__ = ["ChannelClosedError", "DatasetShape", "ParameterServerClient", "PullInfo"]
 
@@ -38,16 +42,18 @@ class PullInfo:
 
 
 class ParameterServerClient:
-    """Requests from worker ``worker`` (of the Lightning world) to the server over the side channel."""
+    """Requests from worker ``worker`` (of the Lightning world) to the server over the side channel;
+    gradients and parameters travel in ``bulk_dtype`` (the server's ``wire_dtype``)."""
 
-    def __init__(self, pg, worker: int) -> None:
-        self.mailbox = channel.Mailbox(pg)
+    def __init__(self, pg, worker: int, bulk_dtype: torch.dtype = torch.float32) -> None:
+        self.mailbox = channel.Mailbox(pg, bulk_dtype=bulk_dtype)
         self.worker = worker
         self._payload: channel.Payload | None = None  # the last reply's
 
-    def _request(self, request: Message, expected: type[Message], payloads: Sequence[torch.Tensor] = ()) -> Any:
+    def _request(self, request: Message, expected: type[Message], payloads: Sequence[torch.Tensor] = (),
+                 bulk: torch.Tensor | None = None) -> Any:
         try:
-            self.mailbox.send(request, 0, payloads)
+            self.mailbox.send(request, 0, payloads, bulk=bulk)
             reply, self._payload = self.mailbox.receive(0, reply=True)
         except RuntimeError as err:
             raise ChannelClosedError(
@@ -70,6 +76,36 @@ class ParameterServerClient:
         data = channel.to_bytes({"optimizer": optimizer})
         return self._request(Init(data.numel()), Initialized, [data]).num_params
 
+    def attach_shared_memory(self, num_params: int, directory=SHM_DIR) -> str:
+        """Move this worker's gradients and parameters to a shared-memory segment with the server, if
+        it runs on this host: ``"shared_memory"``, or ``"channel"`` when it does not (another host), or
+        when no segment of the size needed can be made here (one warning naming that size)."""
+        region_bytes = num_params * torch.empty((), dtype=self.mailbox.bulk_dtype).element_size()
+        try:
+            segment = SharedSegment.create(region_bytes, directory)
+        except OSError as err:
+            needed = SharedSegment.nbytes(region_bytes)
+            log.warning(
+                "worker %d: no shared-memory segment of %d bytes (%.0f MiB) in %s (%s): gradients and parameters go "
+                "through the side channel instead, slower for large models. To use shared memory, give %s that much "
+                "per worker on this host (Docker: --shm-size).",
+                self.worker, needed, needed / 2**20, directory, err, directory,
+            )
+            return "channel"
+        try:
+            name = torch.frombuffer(bytearray(segment.name.encode()), dtype=torch.uint8)
+            reply = self._request(Attach(region_bytes, name.numel()), Attached, [name])
+        finally:
+            segment.unlink()  # mapped by both sides now, or by none: the name is no longer needed
+        if reply.status == ATTACHED:
+            self.mailbox.segment = segment
+            return "shared_memory"
+        if reply.status != NOT_ON_THIS_HOST:
+            text = bytes(self._take(torch.uint8, reply.nbytes).tolist()).decode()
+            log.warning("worker %d: the parameter server could not map shared memory (%s): using the side channel",
+                        self.worker, text)
+        return "channel"
+
     def next_chunk(self, epoch: int, dataset: DatasetShape) -> tuple[torch.Tensor, int] | None:
         """The next sample indices to train on this epoch and the epoch's segment they belong to,
         or None when the epoch is done."""
@@ -77,7 +113,6 @@ class ParameterServerClient:
         return (self._take(torch.int64, reply.length).clone(), reply.segment) if reply.length else None
 
     def _receive_params(self, reply: Parameters, out: torch.Tensor) -> PullInfo:
-        out.copy_(self._take(torch.float32, out.numel()))
         info = PullInfo(reply.version, reply.staleness, reply.gap, reply.max_gap, reply.global_syncs, stop=bool(reply.stop),
                         stopped_inside_epoch=reply.stop == 2,
                         live=reply.live, adopt=reply.adopt)
@@ -85,6 +120,7 @@ class ParameterServerClient:
             info.chunk = self._take(torch.int64, reply.chunk).clone()
             info.chunk_segment = reply.chunk_segment
         info.epoch_over = reply.chunk < 0
+        out.copy_(self._payload.bulk(out.numel()))  # the bulk comes last
         return info
 
     def push(
@@ -114,7 +150,8 @@ class ParameterServerClient:
         lr_tensor = torch.tensor(list(lrs), dtype=torch.float64)
         want = -1 if next_chunk_of_epoch is None else next_chunk_of_epoch
         read = -1 if read_version is None else read_version
-        reply = self._request(Push(len(lrs), flat_grad.numel(), want, weight, read, batches, shares), Parameters, [lr_tensor, flat_grad])
+        request = Push(len(lrs), flat_grad.numel(), want, weight, read, batches, shares)
+        reply = self._request(request, Parameters, [lr_tensor], bulk=flat_grad)
         return self._receive_params(reply, out)
 
     def finish(self, out: torch.Tensor) -> PullInfo:

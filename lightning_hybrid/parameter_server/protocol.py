@@ -13,16 +13,25 @@ Requests (worker -> server) and the reply each gets:
 request            payloads after the header                   reply
 =================  ==========================================  ==================================
 :class:`Init`      the pickled optimizer (uint8, ``nbytes``)   :class:`Initialized`
+:class:`Attach`    the segment's name (uint8, ``name_len``)    :class:`Attached`
 :class:`NextChunk`                                             :class:`Chunk` (+ int64 indices)
-:class:`Push`      learning rates (float64), gradient          :class:`Parameters` (+ parameters,
-                   (float32, ``numel``)                        + the next chunk if asked for)
-:class:`Finish`                                                :class:`Parameters`, at the epoch's
-                                                               global synchronization
+:class:`Push`      learning rates (float64), the gradient      :class:`Parameters` (+ the next
+                   (bulk, ``numel`` values)                    chunk if asked for, + parameters:
+                                                               bulk)
+:class:`Finish`                                                :class:`Parameters` (+ parameters:
+                                                               bulk),
+                                                               at the epoch's global synchronization
 :class:`GetState`                                              :class:`State` (+ pickled state)
 :class:`Shutdown`                                              :class:`Bye` (the server's load)
 =================  ==========================================  ==================================
 
 Any request may instead be answered by :class:`Refused` (+ the message, uint8).
+
+The bulk: a vector of the model's size in the wire's dtype (:data:`WIRE_DTYPES`: float32, or
+bfloat16 with ``wire_dtype="bf16"``; the server keeps float32 weights and optimizer state). It
+travels last in the message, or, once the worker has attached a shared-memory segment
+(:mod:`~lightning_hybrid.parameter_server.shared_memory`), in that segment: the message then only
+says that it is there.
 
 The server's settings (:class:`ServerSettings`) reach the server process as JSON on its standard
 input, not as command-line strings.
@@ -142,6 +151,16 @@ class Shutdown(Message):
     op: ClassVar[int] = 6
 
 
+@dataclass(frozen=True)
+class Attach(Message):
+    """From here on, this worker's bulk travels through the shared-memory segment whose name follows:
+    two regions of ``region_bytes`` each (:mod:`~lightning_hybrid.parameter_server.shared_memory`)."""
+
+    op: ClassVar[int] = 13
+    region_bytes: int
+    name_len: int
+
+
 # ---------------------------------------------------------------------- replies
 @dataclass(frozen=True)
 class Refused(Message):
@@ -169,7 +188,7 @@ class Chunk(Message):
 
 @dataclass(frozen=True)
 class Parameters(Message):
-    """The newest parameters follow (float32), then, when ``chunk > 0``, the next batch's indices.
+    """When ``chunk > 0`` the next batch's indices follow, then the newest parameters (the bulk).
 
     ``chunk``: the length of that batch, -1 when one was asked for but the epoch is over, 0 when
     none was asked for."""
@@ -214,9 +233,24 @@ class Bye(Message):
         return ServerLoad(self.pushes, self.steps, self.wall_us / 1e6, self.busy_us / 1e6, self.cpu_us / 1e6)
 
 
+#: :class:`Attached` statuses: the server mapped the segment; it has no such segment (the worker
+#: runs on another host, or in another /dev/shm); it failed to map it.
+ATTACHED, NOT_ON_THIS_HOST, ATTACH_FAILED = 1, 0, -1
+
+
+@dataclass(frozen=True)
+class Attached(Message):
+    """The answer to :class:`Attach`: ``status`` (:data:`ATTACHED` or why not, then the error's
+    text follows, ``nbytes``); only with :data:`ATTACHED` does the bulk go through the segment."""
+
+    op: ClassVar[int] = 14
+    status: int
+    nbytes: int = 0
+
+
 MESSAGES: dict[int, type[Message]] = {
     cls.op: cls for cls in (Init, NextChunk, Push, Finish, GetState, Shutdown, Refused, Initialized, Chunk, Parameters,
-                            State, Bye)
+                            State, Bye, Attach, Attached)
 }
 
 
@@ -237,6 +271,21 @@ def decode(header: torch.Tensor) -> tuple[Message, int, bool]:
     if cls is None:
         raise ValueError(f"unknown parameter-server message op {values[0]}")
     return cls(*values[1 : 1 + len(fields(cls))]), values[-2], bool(values[-1])
+
+
+# ---------------------------------------------------------------------- the bulk's dtype on the wire
+#: What ``wire_dtype`` may be: the dtype gradients and parameters travel in.
+WIRE_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def wire_dtype(name: str) -> torch.dtype:
+    """The torch dtype of the wire dtype ``name`` (a ValueError naming the choices otherwise)."""
+    if name not in WIRE_DTYPES:
+        raise ValueError(
+            f"wire_dtype must be one of {', '.join(map(repr, WIRE_DTYPES))} (the dtype gradients and parameters travel "
+            f"in; the server keeps float32), got {name!r}"
+        )
+    return WIRE_DTYPES[name]
 
 
 # ---------------------------------------------------------------------- the server's settings
@@ -270,6 +319,7 @@ class ServerSettings:
         num_params: the parameters the workers will push, when known: the server's receive buffers
             are sized for them from the start (0: at ``Init``; a receive posted before ``Init`` was
             handled then fits a model of about 131,000 parameters at most).
+        wire_dtype: the dtype gradients and parameters travel in (:data:`WIRE_DTYPES`).
     """
 
     host: str
@@ -289,6 +339,7 @@ class ServerSettings:
     on_worker_failure: str = "stop"
     batch_mode: bool = False
     num_params: int = 0
+    wire_dtype: str = "fp32"
 
     def __post_init__(self) -> None:
         if self.workers < 1:
@@ -298,6 +349,7 @@ class ServerSettings:
             raise ValueError(
                 f"on_worker_failure must be one of {', '.join(map(repr, WORKER_FAILURE_MODES))}, got {self.on_worker_failure!r}"
             )
+        wire_dtype(self.wire_dtype)
         if self.max_steps == 0 or self.max_steps < -1:
             raise ValueError(f"max_steps must be a positive number of optimizer steps or -1, got {self.max_steps}")
 

@@ -8,6 +8,9 @@ and serves the requests of :mod:`~lightning_hybrid.parameter_server.protocol` on
 * ``Init`` (worker 0, once per fit): the user's optimizer, pickled with the parameters it holds.
   Those parameter tensors become the authoritative copy, laid out in one flat CPU buffer
   (gradients too), so a push is received straight into place.
+* ``Attach`` (a worker on the server's host, once per fit): the shared-memory segment its
+  gradients and parameters travel through from then on
+  (:mod:`~lightning_hybrid.parameter_server.shared_memory`); the server maps it and removes its name.
 * ``NextChunk``: the next batch of sample indices
   (:class:`~lightning_hybrid.parameter_server.dispenser.ChunkDispenser`); the first request
   describes the dataset (size, batch size, seed).
@@ -60,9 +63,10 @@ from lightning_hybrid.parameter_server.channel import Payload, WorkerLostError
 from lightning_hybrid.parameter_server.dispenser import ChunkDispenser
 from lightning_hybrid.parameter_server.load import LoadMeter
 from lightning_hybrid.parameter_server.protocol import (
-    Bye, Chunk, Finish, GetState, Init, Initialized, Message, NextChunk, Parameters, Push, Refused, ServerSettings,
-    Shutdown, State,
+    ATTACH_FAILED, ATTACHED, NOT_ON_THIS_HOST, Attach, Attached, Bye, Chunk, Finish, GetState, Init, Initialized, Message,
+    NextChunk, Parameters, Push, Refused, ServerSettings, Shutdown, State, wire_dtype,
 )
+from lightning_hybrid.parameter_server.shared_memory import SharedSegment
 from lightning_hybrid.parameter_server.sync_controller import Decision, SyncController
 from lightning_hybrid.parameter_server.step_wait import StepWaits
 from lightning_hybrid.parameter_server.update_rule import UpdateRule
@@ -89,8 +93,9 @@ class ParameterServer:
 
     def __init__(self, pg, num_workers: int, staleness: float, sync: str, rule: UpdateRule | None = None,
                  max_steps: int = -1, step_patience: float = 0.0, on_worker_failure: str = "stop",
-                 pushes_follow_workers: bool = False, batch_mode: bool = False, num_params: int = 0) -> None:
-        self.inbox = channel.Inbox(pg, num_workers, num_params)
+                 pushes_follow_workers: bool = False, batch_mode: bool = False, num_params: int = 0,
+                 bulk_dtype: torch.dtype = torch.float32) -> None:
+        self.inbox = channel.Inbox(pg, num_workers, num_params, bulk_dtype)
         self.num_workers = num_workers
         self.controller = SyncController(num_workers, staleness, sync)
         self.rule = rule or UpdateRule()
@@ -120,11 +125,11 @@ class ParameterServer:
         self._asked: dict[int, int] = {}  # lost worker -> the adopter asked for its owed shares
 
     # ---------------------------------------------------------------- replies
-    def _reply(self, worker: int, message: Message, *payloads: torch.Tensor) -> None:
+    def _reply(self, worker: int, message: Message, *payloads: torch.Tensor, bulk: torch.Tensor | None = None) -> None:
         if worker in self.lost or worker in self._broken:
             return
         try:
-            self.inbox.send(message, worker, payloads)
+            self.inbox.send(message, worker, payloads, bulk)
         except Exception as err:  # noqa: BLE001 - gloo raises RuntimeError subclasses
             if self.on_worker_failure != "continue" or worker == 0:
                 raise
@@ -150,7 +155,7 @@ class ParameterServer:
         segment = self.dispenser.last_segment if chunk is not None else 0
         reply = Parameters(self.version, self._last_staleness[worker], gap, c.max_gap, c.global_syncs, length,
                            self.stop_code, self._live_mask(), chunk_segment=segment)
-        self._reply(worker, reply, self._optimization(worker).flat_params, *([chunk] if chunk is not None else []))
+        self._reply(worker, reply, *([chunk] if chunk is not None else []), bulk=self._optimization(worker).flat_params)
         self.waits.replied(worker, time.monotonic())  # its next cycle starts
 
     def _live_mask(self) -> int:
@@ -199,6 +204,21 @@ class ParameterServer:
         )
         self._reply(worker, Initialized(flat_params.numel()))
 
+    def handle_attach(self, worker: int, request: Attach, payload: Payload) -> None:
+        name = bytes(payload.take(torch.uint8, request.name_len).tolist()).decode()
+        try:
+            segment = SharedSegment.attach(name, request.region_bytes)
+        except FileNotFoundError:  # another host (or another /dev/shm): the channel carries its bulk
+            self._reply(worker, Attached(NOT_ON_THIS_HOST))
+            return
+        except (OSError, ValueError) as err:
+            text = torch.frombuffer(bytearray(f"{type(err).__name__}: {err}".encode()), dtype=torch.uint8)
+            self._reply(worker, Attached(ATTACH_FAILED, text.numel()), text)
+            return
+        self.inbox.attach(worker, segment)
+        log.info("worker %d: gradients and parameters through shared memory (%s)", worker, name)
+        self._reply(worker, Attached(ATTACHED))
+
     def handle_next_chunk(self, worker: int, request: NextChunk, payload: Payload) -> None:
         if self.dispenser is None:
             shape = request.dataset
@@ -223,13 +243,12 @@ class ParameterServer:
         self.waits.pushed(worker, time.monotonic())
         self.load.pushed()
         lrs = payload.take(torch.float64, request.num_groups)
-        grads = payload.take(torch.float32, request.numel)  # a view of the mailbox: used before the next receive
         opt = self._optimization(worker)
-        fits = request.numel == opt.flat_grads.numel()
-        if not fits:
+        if request.numel != opt.flat_grads.numel():
             raise RuntimeError(
                 f"worker {worker} pushed {request.numel} gradient values; the server holds {opt.flat_grads.numel()} parameters"
             )
+        grads = payload.bulk(request.numel)  # a view (mailbox or shared memory): used before this worker's reply
         for group, lr in zip(opt.optimizer.param_groups, lrs.tolist()):
             group["lr"] = lr
         if request.shares:  # a lost worker's shares of this pass, computed by its adopter
@@ -243,7 +262,7 @@ class ParameterServer:
             opt.round_sum += grads  # a batch-mode push is already a sum over `weight` samples
             opt.round_weight += request.weight
         elif self.rule.add(grads, staleness, request.weight):
-            opt.flat_grads.copy_(self.rule.take_average())
+            self.rule.take_average(out=opt.flat_grads)
             self._step()
             for w in self.waits.release_all():  # they waited for this step
                 self._send_params(w, with_chunk=True)
@@ -271,7 +290,7 @@ class ParameterServer:
                 c = self.controller
                 reply = Parameters(self.version, 0, 0, c.max_gap, c.global_syncs, stop=self.stop_code,
                                    live=self._live_mask(), adopt=shares)
-                self._reply(worker, reply, self.opt.flat_params)
+                self._reply(worker, reply, bulk=self.opt.flat_params)
                 return
 
     def _receive_owed(self, worker: int, request: Push, grads: torch.Tensor) -> None:
@@ -340,7 +359,7 @@ class ParameterServer:
         for w in sorted(self.controller.held):
             self._ask_to_adopt(w)
         if not self.controller.bsp and self.rule.pending and self.rule.pending >= self.rule.pushes_per_update:
-            self.opt.flat_grads.copy_(self.rule.take_average())  # the lost worker's share is no longer awaited
+            self.rule.take_average(out=self.opt.flat_grads)  # the lost worker's share is no longer awaited
             self._step()
         for w in self.waits.release_all():  # they waited for a step the lost worker was to complete
             self._send_params(w, with_chunk=True)
@@ -390,7 +409,7 @@ class ParameterServer:
     def serve(self) -> None:
         """Answer requests until ``Shutdown``. A failing request is answered with ``Refused``, then re-raised."""
         handlers = {
-            Init: self.handle_init, NextChunk: self.handle_next_chunk, Push: self.handle_push,
+            Init: self.handle_init, Attach: self.handle_attach, NextChunk: self.handle_next_chunk, Push: self.handle_push,
             Finish: self.handle_finish, GetState: self.handle_get_state,
         }
         while True:
@@ -487,7 +506,7 @@ def run(settings: ServerSettings) -> None:
                       restart_steps=settings.restart_steps)
     ParameterServer(pg, settings.workers, settings.staleness, settings.sync, rule, settings.max_steps,
                     settings.step_patience, settings.on_worker_failure, settings.pushes_follow_workers,
-                    settings.batch_mode, settings.num_params).serve()
+                    settings.batch_mode, settings.num_params, wire_dtype(settings.wire_dtype)).serve()
     # Shut down: nothing is left to clean up, and a normal interpreter exit with the channel's
     # receive threads still blocked in gloo aborts ("terminate called without an active exception").
     logging.shutdown()

@@ -115,16 +115,19 @@ class UpdateRule:
             self._weighted_staleness += self.staleness_decay * (scale * staleness - self._weighted_staleness)
             self._weights += self.staleness_decay * (scale - self._weights)
             self.mean_staleness = self._weighted_staleness / self._weights
-        if self._sum is None:
-            self._sum = torch.zeros_like(gradient)
-        self._sum.add_(gradient, alpha=float(scale))
+        if self._sum is None or self._sum.shape != gradient.shape:
+            self._sum = torch.empty(gradient.shape, dtype=torch.float32)  # allocated once: no page faults per step
+        if self._weight == 0:  # the step's first push: written, not added (nothing to zero)
+            torch.mul(gradient, float(scale), out=self._sum)
+        else:
+            self._sum.add_(gradient, alpha=float(scale))
         self._weight += weight
         return self._weight >= self.pushes_per_update
 
-    def take_average(self) -> torch.Tensor:
-        """The accumulated gradients' weighted mean (divided by the pushes' total weight); resets."""
-        average = self._sum / self._weight
-        self._sum.zero_()
+    def take_average(self, out: torch.Tensor | None = None) -> torch.Tensor:
+        """The accumulated gradients' weighted mean (divided by the pushes' total weight), into ``out``
+        when given (no allocation); resets."""
+        average = torch.div(self._sum, self._weight, out=out) if out is not None else self._sum / self._weight
         self._weight = 0
         self._steps_since_sync += 1
         return average

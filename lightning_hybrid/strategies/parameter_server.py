@@ -32,6 +32,7 @@ from lightning_hybrid.parameter_server.channel import open_channel
 from lightning_hybrid.parameter_server.client import ParameterServerClient, PullInfo
 from lightning_hybrid.parameter_server.load import ServerLoad
 from lightning_hybrid.parameter_server.protocol import WORKER_FAILURE_MODES, ServerSettings
+from lightning_hybrid.parameter_server.protocol import wire_dtype as wire_dtype_of
 from lightning_hybrid.parameter_server.server import run as run_server
 from lightning_hybrid.parameter_server.server import start_server
 from lightning_hybrid.strategies import common
@@ -42,6 +43,11 @@ from lightning_hybrid.strategies.step_count import restored_global_step
 log = logging.getLogger(__name__)
 
 _SESSIONS = itertools.count()
+
+#: How gradients and parameters reach the server: ``"auto"``, through shared memory for workers on
+#: its host (the side channel for the others, or where no segment can be made); ``"channel"``,
+#: through the side channel always.
+TRANSPORTS = ("auto", "channel")
 
 
 def _serve(settings_json: str) -> None:
@@ -85,6 +91,13 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
             their launcher ends the run when a rank dies.
         processes_per_device: processes started on each device the Trainer gives (``devices=1,
             processes_per_device=2``: two processes on one GPU, whose group then uses gloo).
+        transport: how gradients and parameters travel (:data:`TRANSPORTS`): ``"auto"`` (default)
+            through a shared-memory segment for each worker on the server's host
+            (:mod:`~lightning_hybrid.parameter_server.shared_memory`; one warning and the side
+            channel where /dev/shm has no room), ``"channel"`` through the side channel always. The
+            run does the same either way; :attr:`transport_used` says which this worker got.
+        wire_dtype: ``"fp32"`` (default) or ``"bf16"``: the dtype gradients and parameters travel
+            in, half the bytes with bf16; the server keeps float32 weights and optimizer state.
     """
 
     #: The fewest workers the strategy runs with.
@@ -106,9 +119,20 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
         self,
         timeout: float = 300.0,
         on_worker_failure: str = "stop",
+        transport: str = "auto",
+        wire_dtype: str = "fp32",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        if transport not in TRANSPORTS:
+            raise ValueError(
+                f"transport must be 'auto' (shared memory with a server on the same host, else the side channel) or "
+                f"'channel' (the side channel always), got {transport!r}"
+            )
+        self._wire_dtype = wire_dtype_of(wire_dtype)
+        self.transport, self.wire_dtype = transport, wire_dtype
+        #: How this worker's gradients and parameters travel in the current fit: "shared_memory" or "channel".
+        self.transport_used: str | None = None
         if not timeout > 0:
             raise ValueError(f"timeout must be a positive number of seconds, got {timeout}")
         if on_worker_failure not in WORKER_FAILURE_MODES:
@@ -218,7 +242,7 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
             workers=self.num_workers, staleness=self.staleness, sync=self.sync, timeout=self.timeout,
             max_steps=max(self.max_steps - self._steps_before, 1) if self.max_steps > 0 else -1,
             on_worker_failure=self.on_worker_failure, batch_mode=self.batch_mode,
-            num_params=self._flat.numel(), **self._update_rule(),
+            num_params=self._flat.numel(), wire_dtype=self.wire_dtype, **self._update_rule(),
         )
         self._channel_prefix = settings.prefix
         if self.global_rank == 0:
@@ -228,7 +252,10 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
                 self.process_watch.add("parameter server", None, self._server)
         pg = open_channel(settings.host, settings.port, settings.prefix, self.global_rank + 1, self.num_workers + 1,
                           self.timeout)
-        self.client = ParameterServerClient(pg, self.global_rank)
+        self.client = ParameterServerClient(pg, self.global_rank, self._wire_dtype)
+        self.transport_used = "channel"
+        if self.transport == "auto":
+            self.transport_used = self.client.attach_shared_memory(self._flat.numel())
 
     def on_ranks_forked(self) -> None:
         """With ``fork_ranks``, the server process is forked now too (no import of torch when fit starts)."""
