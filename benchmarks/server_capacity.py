@@ -8,12 +8,20 @@ LeNet-5's forward and backward pass on a batch of 64 MNIST-sized images on one c
 worker takes per push. Their ratio is the number of LeNet-5 workers that would keep one server's
 CPU busy all the time.
 
+Each row runs with one transport (``--transports``): ``shared_memory``, each worker's gradients
+and parameters through a segment in /dev/shm (SSPStrategy's ``transport="auto"`` on one host), or
+``channel``, through the gloo side channel (workers on other hosts, ``transport="channel"``). Beside
+the server's time per push, the floor measured in the same run on one core: the gradient copied in,
+the optimizer's step (SGD with momentum), the parameters copied out; what a push cannot cost less
+than on one core, whatever the transport.
+
 Three sizes or more separate what a push costs per value (copying, the optimizer: the slope
 between the two largest) from what it costs per message (headers, wake-ups, Python: the rest of the
 smallest one's cost). Sharding the parameters over ``k`` servers divides only the per-value part:
 every shard still receives and answers every push.
 
     python benchmarks/server_capacity.py --workers 1 2 --params 61706 1000000 4000000 --pushes 400
+    python benchmarks/server_capacity.py --workers 1 --params 1000000 4000000 16000000 33600000 --pushes 40
 """
 
 from __future__ import annotations
@@ -44,9 +52,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def worker(port: int, rank: int, workers: int, params: int, pushes: int, ready, results) -> None:
+def worker(port: int, rank: int, workers: int, params: int, pushes: int, transport: str, ready, results) -> None:
     torch.set_num_threads(1)
     client = ParameterServerClient(open_channel("127.0.0.1", port, "cap/", rank + 1, workers + 1, 60), rank)
+    if transport == "shared_memory" and client.attach_shared_memory(params) != "shared_memory":
+        raise RuntimeError("no shared memory with the server (see the warning above)")
     out = torch.empty(params)
     if rank == 0:
         weights = torch.nn.Parameter(torch.zeros(params))
@@ -62,7 +72,7 @@ def worker(port: int, rank: int, workers: int, params: int, pushes: int, ready, 
         results.put(("load", client.shutdown()))
 
 
-def measure(workers: int, params: int, pushes: int) -> tuple[ServerLoad, float]:
+def measure(workers: int, params: int, pushes: int, transport: str) -> tuple[ServerLoad, float]:
     """The server's load and the pushes per second all workers together got through."""
     port = free_port()
     store = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
@@ -73,7 +83,7 @@ def measure(workers: int, params: int, pushes: int) -> tuple[ServerLoad, float]:
     server = start_server(settings)
     ctx = mp.get_context("spawn")
     ready, results = ctx.Barrier(workers), ctx.Queue()
-    procs = [ctx.Process(target=worker, args=(port, r, workers, params, pushes, ready, results)) for r in range(workers)]
+    procs = [ctx.Process(target=worker, args=(port, r, workers, params, pushes, transport, ready, results)) for r in range(workers)]
     for p in procs:
         p.start()
     got = dict(results.get(timeout=600) for _ in range(workers + 1))
@@ -98,27 +108,57 @@ def lenet5_seconds_per_batch(batch: int = 64, repeats: int = 30) -> float:
     return statistics.median(times[5:])
 
 
+def floor_ms(params: int, repeats: int = 7) -> tuple[float, float, float]:
+    """What a push cannot cost less than on one core: ``(copy in, optimizer step, copy out)`` in ms,
+    medians: a gradient of ``params`` float32 values copied into place, SGD with momentum's step
+    (the benchmark's optimizer), the parameters copied out."""
+    torch.set_num_threads(1)
+    weights = torch.nn.Parameter(torch.zeros(params))
+    optimizer = torch.optim.SGD([weights], lr=0.01, momentum=0.9)
+    incoming, outgoing = torch.randn(params) * 1e-3, torch.empty(params)
+    weights.grad = torch.empty(params)
+    parts: list[tuple[float, float, float]] = []
+    for _ in range(repeats + 1):  # the first allocates the momentum buffer
+        t0 = time.perf_counter()
+        weights.grad.copy_(incoming)
+        t1 = time.perf_counter()
+        optimizer.step()
+        t2 = time.perf_counter()
+        outgoing.copy_(weights.detach())
+        t3 = time.perf_counter()
+        parts.append((t1 - t0, t2 - t1, t3 - t2))
+    return tuple(1e3 * statistics.median(p[i] for p in parts[1:]) for i in range(3))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--params", type=int, nargs="+", default=[LENET5_PARAMS, 1_000_000, 4_000_000])
     parser.add_argument("--pushes", type=int, default=400, help="pushes per worker")
+    parser.add_argument("--transports", nargs="+", choices=("shared_memory", "channel"), default=["shared_memory", "channel"])
     args = parser.parse_args()
 
     worker_s = lenet5_seconds_per_batch()
     print(f"LeNet-5 forward + backward, batch 64, one core: {1e3 * worker_s:.2f} ms (a worker's time per push)\n")
-    print("| workers | parameters | pushes/s (all workers) | server CPU per push (ms) | server busy | "
-          "LeNet-5 workers to saturate one server |")
-    print("|---|---|---|---|---|---|")
+    print("| workers | transport | parameters | pushes/s (all workers) | server CPU per push (ms) | "
+          "floor (ms): in + step + out | server / floor | server busy | LeNet-5 workers to saturate one server |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    floors = {params: floor_ms(params) for params in args.params}
     per_size: dict[int, list[float]] = {}
-    for workers in args.workers:
-        for params in args.params:
-            load, rate = measure(workers, params, args.pushes)
-            per_size.setdefault(params, []).append(load.cpu_ms_per_push)
-            saturate = f"{load.workers_to_saturate(worker_s):.0f}" if params == LENET5_PARAMS else "-"
-            print(f"| {workers} | {params:,} | {rate:.0f} | {load.cpu_ms_per_push:.3f} | "
-                  f"{100 * load.busy_fraction:.0f} % | {saturate} |", flush=True)
+    for transport in args.transports:
+        for workers in args.workers:
+            for params in args.params:
+                load, rate = measure(workers, params, args.pushes, transport)
+                if transport == args.transports[0]:
+                    per_size.setdefault(params, []).append(load.cpu_ms_per_push)
+                saturate = f"{load.workers_to_saturate(worker_s):.0f}" if params == LENET5_PARAMS else "-"
+                parts = floors[params]
+                floor = sum(parts)
+                print(f"| {workers} | {transport} | {params:,} | {rate:.0f} | {load.cpu_ms_per_push:.3f} | "
+                      f"{floor:.3f}: {parts[0]:.3f} + {parts[1]:.3f} + {parts[2]:.3f} | "
+                      f"{load.cpu_ms_per_push / floor:.2f} | {100 * load.busy_fraction:.0f} % | {saturate} |", flush=True)
     if len(per_size) >= 3:
+        print(f"\n({args.transports[0]}:)")
         sizes = sorted(per_size)
         cost = {p: statistics.median(per_size[p]) for p in sizes}
         # The per-value part from the two largest models, the rest of the smallest's cost is per message.

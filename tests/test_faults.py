@@ -22,6 +22,14 @@ def pids(out: Path) -> dict[str, int]:
     return {f.name.removeprefix("pid_"): int(f.read_text()) for f in out.glob("pid_*")}
 
 
+def shared_memory_left(started: dict[str, int]) -> list[str]:
+    """Parameter-server segments in /dev/shm made by these processes (named lh-ps-<pid>-...)."""
+    shm = Path("/dev/shm")
+    if not shm.is_dir():
+        return []
+    return [p.name for p in shm.iterdir() if any(p.name.startswith(f"lh-ps-{pid}-") for pid in started.values())]
+
+
 def last_line(text: str) -> str:
     return [line for line in text.splitlines() if line.strip()][-1]
 
@@ -46,6 +54,7 @@ def test_a_killed_process_ends_the_run_naming_it(tmp_path, strategy, victim, for
     assert re.search(pattern, last_line(proc.stderr)), proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr.split("lightning-hybrid:")[-1]
     assert not [role for role, pid in started.items() if alive(pid)], "a process outlived the run"
+    assert shared_memory_left(started) == [], "a segment was left in /dev/shm"
     to_exit = ended - float((tmp_path / "killed_at").read_text())
     print(f"{strategy}, {victim} killed: the run ended {to_exit:.2f} s later")
     assert to_exit < 10, f"the run took {to_exit:.1f} s to end after the kill (timeout 30 s)"
@@ -58,6 +67,7 @@ def test_no_process_outlives_a_normal_run(tmp_path, fork_ranks):
     started = pids(tmp_path)
     assert {"rank0", "rank1", "server"} <= set(started), started
     assert not [role for role, pid in started.items() if alive(pid)], "a process outlived the run"
+    assert shared_memory_left(started) == [], "a segment was left in /dev/shm"
     assert os.environ.get("LIGHTNING_HYBRID_LAUNCHER_PID") is None  # the test process itself is no launcher
 
 

@@ -30,7 +30,7 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def running_server(staleness, sync, **settings):
+def running_server(staleness, sync, bulk_dtype=torch.float32, **settings):
     """A server process for 2 workers, started as SSPStrategy starts it; yields (client0, client1, process).
     Ends it unless the test did (and waited for the process)."""
     port = free_port()
@@ -45,7 +45,7 @@ def running_server(staleness, sync, **settings):
     threads = [threading.Thread(target=join, args=(r,)) for r in (0, 1)]
     [t.start() for t in threads]
     [t.join() for t in threads]
-    clients = (ParameterServerClient(pgs[0], 0), ParameterServerClient(pgs[1], 1))
+    clients = (ParameterServerClient(pgs[0], 0, bulk_dtype), ParameterServerClient(pgs[1], 1, bulk_dtype))
     yield (*clients, proc)
     if proc.poll() is None:
         try:

@@ -14,17 +14,26 @@ SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "server_capacity.p
 pytestmark = pytest.mark.multiprocess
 
 
-def test_server_capacity_reports_the_cost_per_push_and_its_parts():
+def test_server_capacity_reports_the_cost_per_push_beside_the_floor_for_both_transports():
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--workers", "1", "2", "--params", "61706", "200000", "400000", "--pushes", "30"],
-        capture_output=True, text=True, timeout=300,
+        [sys.executable, str(SCRIPT), "--workers", "1", "2", "--params", "61706", "1000000", "3000000", "--pushes", "20"],
+        capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = re.findall(r"^\| (\d) \| ([\d,]+) \| (\d+) \| ([\d.]+) \| (\d+) % \|", proc.stdout, re.MULTILINE)
-    assert [(w, p) for w, p, *_ in rows] == [(w, p) for w in "12" for p in ("61,706", "200,000", "400,000")]
-    assert all(int(rate) > 0 and float(cpu) > 0 for _, _, rate, cpu, _ in rows)
-    # a push of 400,000 values costs the server more than one of 61,706 (copies, the optimizer)
-    cost = {(w, p): float(cpu) for w, p, _, cpu, _ in rows}
-    assert cost[("1", "400,000")] > cost[("1", "61,706")]
+    rows = re.findall(
+        r"^\| (\d) \| (shared_memory|channel) \| ([\d,]+) \| (\d+) \| ([\d.]+) \| ([\d.]+): ([\d.]+) \+ ([\d.]+) \+ ([\d.]+) "
+        r"\| ([\d.]+) \| (\d+) % \|", proc.stdout, re.MULTILINE)
+    sizes = ("61,706", "1,000,000", "3,000,000")
+    assert [(t, w, p) for w, t, p, *_ in rows] == [(t, w, p) for t in ("shared_memory", "channel") for w in "12" for p in sizes]
+    for workers, transport, params, rate, cpu, floor, copy_in, step, copy_out, ratio, busy in rows:
+        assert int(rate) > 0 and float(cpu) > 0
+        assert float(floor) == pytest.approx(float(copy_in) + float(step) + float(copy_out), abs=0.0021)
+        assert float(ratio) == pytest.approx(float(cpu) / float(floor), rel=0.02, abs=0.0021)
+    cost = {(t, w, p): float(cpu) for w, t, p, _, cpu, *_ in rows}
+    floor = {p: float(f) for _, _, p, _, _, f, *_ in rows}
+    # a push of 3 M values costs the server more than one of 61,706 (copies, the optimizer), and the
+    # floor grows with the size too
+    assert cost[("shared_memory", "1", "3,000,000")] > cost[("shared_memory", "1", "61,706")]
+    assert floor["3,000,000"] > floor["61,706"]
     assert re.search(r"server CPU per push ~ -?[\d.]+ ms per message \+ [\d.]+ ms per million parameters", proc.stdout)
     assert re.search(r"4 server\(s\), LeNet-5: [\d.]+ ms per push on each -> \d+ LeNet-5 workers", proc.stdout)

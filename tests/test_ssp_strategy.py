@@ -21,9 +21,14 @@ def load(path):
     return torch.load(path, weights_only=False)
 
 
-def test_staleness_zero_equals_ddp(tmp_path_factory):
+@pytest.mark.parametrize("transport", ["auto", "channel"])
+def test_staleness_zero_equals_ddp(tmp_path_factory, transport):
+    """Through shared memory (``auto`` on one host) and through the side channel alike."""
     ddp_run = shared_train_script(tmp_path_factory, "--strategy", "ddp", *REFERENCE)
-    ssp_run = shared_train_script(tmp_path_factory, "--strategy", "ssp", "--staleness", "0", *REFERENCE)
+    ssp_run = shared_train_script(tmp_path_factory, "--strategy", "ssp", "--staleness", "0", "--transport", transport,
+                                  *REFERENCE)
+    used = {(ssp_run / f"transport_rank{r}.txt").read_text() for r in (0, 1)}
+    assert used == {"shared_memory" if transport == "auto" else "channel"}
     ddp, ssp0, ssp1 = load(ddp_run / "rank0.pt"), load(ssp_run / "rank0.pt"), load(ssp_run / "rank1.pt")
     for name in ddp:
         torch.testing.assert_close(ssp0[name], ssp1[name], rtol=0, atol=0, msg=f"SSP workers disagree on {name}")
@@ -262,3 +267,35 @@ def test_registered_aliases():
         trainer = pl.Trainer(accelerator="cpu", devices=2, strategy=alias, logger=False)
         assert isinstance(trainer.strategy, SSPStrategy)
         assert (trainer.strategy.staleness, trainer.strategy.sync) == (staleness, sync)
+
+
+def test_staleness_zero_with_a_bf16_wire_is_ddp_within_bf16_rounding(tmp_path_factory):
+    """``wire_dtype="bf16"``: parameters come back and gradients go in bf16, the server steps in
+    fp32. From parameters that bf16 holds exactly (else the first pull rounds them, and a ReLU whose
+    input crosses zero for it changes whole gradients), after one step each worker holds the
+    server's parameters rounded to bf16, and they differ from DDP's by bf16's rounding: half an ulp
+    of the returned value, plus the gradients' own rounding (2^-9 of each, a small part of the step)."""
+    args = ("--devices", "2", "--batch-size", "16", "--epochs", "1", "--max-steps", "1", "--lr", "0.05", "--bf16-initial")
+    ddp_run = shared_train_script(tmp_path_factory, "--strategy", "ddp", *args)
+    ddp, initial = load(ddp_run / "rank0.pt"), load(ddp_run / "initial.pt")
+    out = shared_train_script(tmp_path_factory, "--strategy", "ssp", "--staleness", "0", "--wire-dtype", "bf16", *args)
+    ssp0, ssp1 = load(out / "rank0.pt"), load(out / "rank1.pt")
+    for name, expected in ddp.items():
+        if not expected.is_floating_point():
+            continue
+        torch.testing.assert_close(ssp0[name], ssp1[name], rtol=0, atol=0, msg=f"SSP workers disagree on {name}")
+        assert torch.equal(ssp0[name], ssp0[name].bfloat16().float()), f"{name} did not come back in bf16"
+        ulp = torch.finfo(torch.bfloat16).eps * expected.abs()  # 2^-7 of the value: one ulp or two
+        step = (expected - initial[name]).abs()
+        assert (step.max() > 5 * ulp.max()), f"{name}: a step too small to tell bf16 rounding apart from it"
+        error = (ssp0[name] - expected).abs()
+        bound = ulp / 2 + 0.02 * step + 2**-8 * step.max()  # a rank's gradient may be larger than the mean
+        assert (error <= bound).all(), f"{name}: {(error - bound).max()} beyond bf16's rounding"
+        assert (error > 0).any(), f"{name}: exactly DDP's, so nothing was rounded"
+
+
+def test_transport_and_wire_dtype_are_checked_when_the_strategy_is_made():
+    with pytest.raises(ValueError, match="transport must be 'auto'.*got 'shm'"):
+        SSPStrategy(transport="shm")
+    with pytest.raises(ValueError, match="wire_dtype must be one of 'fp32', 'bf16'.*got 'fp16'"):
+        SSPStrategy(wire_dtype="fp16")

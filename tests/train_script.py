@@ -272,6 +272,9 @@ def main() -> None:
     parser.add_argument("--fork-ranks", action="store_true", help="our strategies: fork_ranks=True")
     parser.add_argument("--slow-server-stop", type=float, default=0.0,
                         help="parameter-server strategies: rank 0 waits this long before it ends the server")
+    parser.add_argument("--transport", default="auto", help="parameter-server strategies: auto | channel")
+    parser.add_argument("--wire-dtype", default="fp32", help="parameter-server strategies: fp32 | bf16")
+    parser.add_argument("--bf16-initial", action="store_true", help="start from parameters rounded to bf16")
     args = parser.parse_args()
     torch.set_num_threads(threads_per_process(args.devices * args.processes_per_device))
 
@@ -280,9 +283,11 @@ def main() -> None:
     shared = {"processes_per_device": args.processes_per_device, "fork_ranks": args.fork_ranks}
     if strategy == "ssp":
         strategy = SSPStrategy(staleness=args.staleness, sync=args.sync, timeout=args.timeout,
-                               on_worker_failure=args.on_worker_failure, **shared)
+                               on_worker_failure=args.on_worker_failure, transport=args.transport,
+                               wire_dtype=args.wire_dtype, **shared)
     elif strategy == "cneural":
-        strategy = CNeuralStrategy(timeout=args.timeout, on_worker_failure=args.on_worker_failure, **shared)
+        strategy = CNeuralStrategy(timeout=args.timeout, on_worker_failure=args.on_worker_failure,
+                                   transport=args.transport, wire_dtype=args.wire_dtype, **shared)
     elif strategy == "asgd":
         strategy = AllReduceASGDStrategy(
             delay=args.delay, compensation=args.compensation, dc_lambda=args.dc_lambda, warmup_steps=args.warmup,
@@ -335,6 +340,11 @@ def main() -> None:
         MLP(activation="relu"), optimizer=partial(torch.optim.SGD, lr=args.lr, momentum=args.momentum), scheduler=scheduler,
         compute_sleep=args.compute_sleep, sample_sleep=args.sample_sleep, log_step_sync=args.log_step_sync,
     )
+    if args.bf16_initial:
+        with torch.no_grad():
+            for p in module.parameters():
+                p.copy_(p.bfloat16())
+    torch.save({k: v.detach().clone() for k, v in module.state_dict().items()}, args.out / "initial.pt")
     trainer = pl.Trainer(
         accelerator=args.accelerator, devices=args.devices, num_nodes=args.num_nodes, strategy=strategy,
         max_epochs=args.epochs,
@@ -357,6 +367,8 @@ def main() -> None:
             (args.out / "balanced.json").write_text(json.dumps(balanced))
     torch.save({k: v.detach().clone() for k, v in module.state_dict().items()}, args.out / f"rank{rank}.pt")
     torch.save(module.seen, args.out / f"indices_rank{rank}.pt")
+    if isinstance(strategy, ParameterServerStrategy):
+        (args.out / f"transport_rank{rank}.txt").write_text(str(strategy.transport_used))
     if isinstance(strategy, ParameterServerStrategy) and trainer.is_global_zero:
         history = [[asdict(s) for s in epoch] for epoch in strategy.history]
         (args.out / "ssp_history.json").write_text(json.dumps(history))
