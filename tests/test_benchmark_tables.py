@@ -37,3 +37,32 @@ def test_time_to_target_is_the_first_epoch_at_or_above_it(tta):
     stats = tta.summarize([curve(0.9, 0.97, 0.96, epoch_s=2.0), curve(0.9, 0.95)], target=0.97)
     assert stats["time"] == [4.0, math.inf] and stats["epochs"] == [2, math.inf]
     assert tta.median_and_range(stats["time"]) == "not reached (1/2)"
+
+
+@pytest.fixture(scope="module")
+def feature_matrix():
+    spec = importlib.util.spec_from_file_location("feature_matrix", SCRIPT.with_name("feature_matrix.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def counts(global_step=16, batches=(8, 8), **other):
+    return {"global_step": global_step, "epochs": len(batches), "validations": 2, "scheduler_steps": 0,
+            "checkpoint_steps": [], "batches": list(batches), **other}
+
+
+def test_the_feature_matrix_compares_exact_counts_with_its_reference(feature_matrix):
+    differences = feature_matrix.count_differences
+    ddp = [counts(), counts()]
+    assert differences("balanced", "max_epochs", [counts(), counts()], ddp) is None
+    assert differences("ssp", "max_steps", [counts(6), counts(6)], ddp) == "global_step 6 (ddp: 16)"
+    assert "ranks end at different steps [16, 15]" in differences("allreduce_asgd", "max_epochs", [counts(), counts(15)], ddp)
+    assert "batches per epoch per rank" in differences("balanced", "max_epochs", [counts(), counts(batches=(8, 7))], ddp)
+    # the server deals the batches: all ranks together train what DDP's do, however they are split
+    assert differences("ssp", "max_epochs", [counts(batches=(12, 3)), counts(batches=(4, 13))], ddp) is None
+    assert "all ranks [15, 15]" in differences("ssp", "max_epochs", [counts(batches=(12, 3)), counts(batches=(3, 12))], ddp)
+    # the pipeline's stages each see every batch of the single process it is compared with
+    single = [counts()]
+    assert differences("hybrid", "max_epochs", [counts(), counts()], single) is None
+    assert "batches per epoch per rank" in differences("hybrid", "max_epochs", [counts(), counts(batches=(4, 4))], single)
