@@ -291,8 +291,11 @@ def check(strategy: str, feature: str, r: dict, all_samples: list[list[list[floa
         case "limit_train_batches" | "limit_train_batches_fraction" if strategy in DEALT:  # all ranks: 2 each
             totals = [sum(len(rank[e]) for rank in all_samples) for e in range(len(all_samples[0]))]
             return expect(all(t == 2 * 2 * BATCH for t in totals), f"samples per epoch, all ranks {totals}")
-        case "limit_train_batches" | "limit_train_batches_fraction":  # 2 batches of 4, or half of them
+        case "limit_train_batches":  # 2 batches
             return expect(all(n <= 2 for n in per_epoch), f"batches per epoch {per_epoch}")
+        case "limit_train_batches_fraction":  # half of each rank's: 4 batches of 8 (the pipeline: one replica) or 2 of 4
+            replicas = 1 if strategy == "hybrid" else 2
+            return expect(all(n <= SAMPLES // BATCH // replicas // 2 for n in per_epoch), f"batches per epoch {per_epoch}")
         case "limit_val_batches":
             return expect(r["val_batches"] == r["validations"], f"{r['val_batches']} batches in {r['validations']} runs")
         case "val_check_interval":
