@@ -109,18 +109,10 @@ def sharded_servers(shards, staleness, shared_memory):
 def test_two_shards_apply_each_push_as_one_server_does(shared_memory):
     """Fully asynchronous, pushes one after another: each shard applies its slice of every gradient
     in the same order, so the parameters are one server's (test_parameter_server's reference)."""
-    from test_parameter_server import make_optimizer, reference_apply
+    from test_parameter_server import make_optimizer, reference_apply, two_async_pushes
 
     with sharded_servers(2, float("inf"), shared_memory) as (c0, c1):
-        _, optimizer = make_optimizer()
-        assert c0.init(optimizer) == 4
-        out0, out1 = torch.empty(4), torch.empty(4)
-        g = [torch.tensor([1.0, 2.0, 3.0, 4.0]), torch.tensor([-1.0, 0.5, 0.0, 2.0]), torch.tensor([0.3, 0.3, 0.3, 0.3])]
-        info = c0.push(g[0], [0.1], out0)
-        assert info.version == 1 and info.staleness == 0
-        info = c1.push(g[1], [0.1], out1)
-        assert info.version == 2 and info.staleness == 1
-        torch.testing.assert_close(out1, reference_apply(g[:2]))
+        g, out0 = two_async_pushes(c0, c1)
         c0.push(g[2], [0.1], out0, read_version=1)  # computed at version 1 on every shard: staleness 2
         torch.testing.assert_close(out0, reference_apply(g))
         state = c0.optimizer_state()
