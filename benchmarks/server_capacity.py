@@ -41,6 +41,10 @@ from lightning_hybrid.parameter_server.client import ParameterServerClient
 from lightning_hybrid.parameter_server.load import ServerLoad
 from lightning_hybrid.parameter_server.protocol import ServerSettings
 from lightning_hybrid.parameter_server.server import start_server
+from lightning_hybrid.parameter_server.sharding import ShardedClient, plan_shards
+
+#: The benchmark's model: its parameters in this many tensors of about equal size (what shards split).
+TENSORS = 8
 
 
 LENET5_PARAMS = sum(p.numel() for p in LeNet5().parameters())  # 61,706
@@ -52,15 +56,24 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def worker(port: int, rank: int, workers: int, params: int, pushes: int, transport: str, ready, results) -> None:
+def tensor_sizes(params: int) -> list[int]:
+    """The benchmark model's tensors: ``params`` values in :data:`TENSORS` tensors."""
+    return [params // TENSORS + (i < params % TENSORS) for i in range(TENSORS)]
+
+
+def worker(port: int, rank: int, workers: int, params: int, pushes: int, transport: str, shards: int, ready,
+           results) -> None:
     torch.set_num_threads(1)
-    client = ParameterServerClient(open_channel("127.0.0.1", port, "cap/", rank + 1, workers + 1, 60), rank)
+    plan = plan_shards(tensor_sizes(params), shards)
+    clients = [ParameterServerClient(open_channel("127.0.0.1", port, f"cap{i}/", rank + 1, workers + 1, 60), rank)
+               for i in range(shards)]
+    client = clients[0] if shards == 1 else ShardedClient(clients, plan)
     if transport == "shared_memory" and client.attach_shared_memory(params) != "shared_memory":
         raise RuntimeError("no shared memory with the server (see the warning above)")
     out = torch.empty(params)
     if rank == 0:
-        weights = torch.nn.Parameter(torch.zeros(params))
-        client.init(torch.optim.SGD([weights], lr=0.01, momentum=0.9))
+        weights = [torch.nn.Parameter(torch.zeros(n)) for n in tensor_sizes(params)]
+        client.init(torch.optim.SGD(weights, lr=0.01, momentum=0.9))
     ready.wait()
     grad = torch.randn(params) * 1e-3
     start = time.perf_counter()
@@ -69,30 +82,37 @@ def worker(port: int, rank: int, workers: int, params: int, pushes: int, transpo
     results.put((rank, time.perf_counter() - start))
     ready.wait()  # every worker is done pushing before worker 0 ends the server
     if rank == 0:
-        results.put(("load", client.shutdown()))
+        load = client.shutdown()
+        results.put(("load", (load, getattr(client, "shard_loads", [load]))))
 
 
-def measure(workers: int, params: int, pushes: int, transport: str) -> tuple[ServerLoad, float]:
-    """The server's load and the pushes per second all workers together got through."""
+def measure(workers: int, params: int, pushes: int, transport: str,
+            shards: int = 1) -> tuple[ServerLoad, list[ServerLoad], float]:
+    """The servers' load together and each shard's, and the pushes per second all workers together got through."""
     port = free_port()
     store = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
     # SSPStrategy's default update rule: one step per push of each worker, staleness-weighted, momentum corrected
-    settings = ServerSettings("127.0.0.1", port, "cap/", workers=workers, staleness=float("inf"), timeout=60,
-                              pushes_per_update=workers, staleness_lr=True, momentum_correction=True, restart_steps=10,
-                              num_params=params)
-    server = start_server(settings)
+    plan = plan_shards(tensor_sizes(params), shards)
+    servers = [
+        start_server(ServerSettings("127.0.0.1", port, f"cap{i}/", workers=workers, staleness=float("inf"), timeout=60,
+                                    pushes_per_update=workers, staleness_lr=True, momentum_correction=True,
+                                    restart_steps=10, num_params=stop - start, shard=i, shards=shards))
+        for i, (start, stop) in enumerate(plan.values)
+    ]
     ctx = mp.get_context("spawn")
     ready, results = ctx.Barrier(workers), ctx.Queue()
-    procs = [ctx.Process(target=worker, args=(port, r, workers, params, pushes, transport, ready, results)) for r in range(workers)]
+    procs = [ctx.Process(target=worker, args=(port, r, workers, params, pushes, transport, shards, ready, results)) for r in range(workers)]
     for p in procs:
         p.start()
     got = dict(results.get(timeout=600) for _ in range(workers + 1))
     for p in procs:
         p.join(timeout=60)
-    server.wait(timeout=60)
+    for server in servers:
+        server.wait(timeout=60)
     del store
     slowest = max(v for k, v in got.items() if k != "load")
-    return got["load"], workers * pushes / slowest
+    load, shard_loads = got["load"]
+    return load, shard_loads, workers * pushes / slowest
 
 
 def lenet5_seconds_per_batch(batch: int = 64, repeats: int = 30) -> float:
@@ -113,18 +133,23 @@ def floor_ms(params: int, repeats: int = 7) -> tuple[float, float, float]:
     medians: a gradient of ``params`` float32 values copied into place, SGD with momentum's step
     (the benchmark's optimizer), the parameters copied out."""
     torch.set_num_threads(1)
-    weights = torch.nn.Parameter(torch.zeros(params))
-    optimizer = torch.optim.SGD([weights], lr=0.01, momentum=0.9)
+    flat, grads = torch.zeros(params), torch.zeros(params)  # the server's layout: views of one flat buffer each
+    weights, offset = [], 0
+    for n in tensor_sizes(params):
+        weight = torch.nn.Parameter(flat[offset : offset + n])
+        weight.grad = grads[offset : offset + n]
+        weights.append(weight)
+        offset += n
+    optimizer = torch.optim.SGD(weights, lr=0.01, momentum=0.9)
     incoming, outgoing = torch.randn(params) * 1e-3, torch.empty(params)
-    weights.grad = torch.empty(params)
     parts: list[tuple[float, float, float]] = []
     for _ in range(repeats + 1):  # the first allocates the momentum buffer
         t0 = time.perf_counter()
-        weights.grad.copy_(incoming)
+        grads.copy_(incoming)
         t1 = time.perf_counter()
         optimizer.step()
         t2 = time.perf_counter()
-        outgoing.copy_(weights.detach())
+        outgoing.copy_(flat)
         t3 = time.perf_counter()
         parts.append((t1 - t0, t2 - t1, t3 - t2))
     return tuple(1e3 * statistics.median(p[i] for p in parts[1:]) for i in range(3))
@@ -136,27 +161,40 @@ def main() -> None:
     parser.add_argument("--params", type=int, nargs="+", default=[LENET5_PARAMS, 1_000_000, 4_000_000])
     parser.add_argument("--pushes", type=int, default=400, help="pushes per worker")
     parser.add_argument("--transports", nargs="+", choices=("shared_memory", "channel"), default=["shared_memory", "channel"])
+    parser.add_argument("--shards", type=int, nargs="+", default=[1], help="server shards (SSPStrategy's servers)")
     args = parser.parse_args()
 
     worker_s = lenet5_seconds_per_batch()
     print(f"LeNet-5 forward + backward, batch 64, one core: {1e3 * worker_s:.2f} ms (a worker's time per push)\n")
-    print("| workers | transport | parameters | pushes/s (all workers) | server CPU per push (ms) | "
-          "floor (ms): in + step + out | server / floor | server busy | LeNet-5 workers to saturate one server |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| workers | transport | shards | parameters | pushes/s (all workers) | server CPU per push (ms, all shards) | "
+          "slowest shard's CPU per push (ms) | floor (ms): in + step + out | server / floor | server busy | "
+          "LeNet-5 workers to saturate the server |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     floors = {params: floor_ms(params) for params in args.params}
     per_size: dict[int, list[float]] = {}
+    rates: dict[tuple[str, int, int, int], float] = {}
     for transport in args.transports:
-        for workers in args.workers:
-            for params in args.params:
-                load, rate = measure(workers, params, args.pushes, transport)
-                if transport == args.transports[0]:
-                    per_size.setdefault(params, []).append(load.cpu_ms_per_push)
-                saturate = f"{load.workers_to_saturate(worker_s):.0f}" if params == LENET5_PARAMS else "-"
-                parts = floors[params]
-                floor = sum(parts)
-                print(f"| {workers} | {transport} | {params:,} | {rate:.0f} | {load.cpu_ms_per_push:.3f} | "
-                      f"{floor:.3f}: {parts[0]:.3f} + {parts[1]:.3f} + {parts[2]:.3f} | "
-                      f"{load.cpu_ms_per_push / floor:.2f} | {100 * load.busy_fraction:.0f} % | {saturate} |", flush=True)
+        for shards in args.shards:
+            for workers in args.workers:
+                for params in args.params:
+                    load, shard_loads, rate = measure(workers, params, args.pushes, transport, shards)
+                    rates[transport, shards, workers, params] = rate
+                    if transport == args.transports[0] and shards == args.shards[0]:
+                        per_size.setdefault(params, []).append(load.cpu_ms_per_push)
+                    saturate = f"{load.workers_to_saturate(worker_s):.0f}" if params == LENET5_PARAMS else "-"
+                    parts = floors[params]
+                    floor = sum(parts)
+                    slowest = max(s.cpu_ms_per_push for s in shard_loads)
+                    print(f"| {workers} | {transport} | {shards} | {params:,} | {rate:.0f} | {load.cpu_ms_per_push:.3f} | "
+                          f"{slowest:.3f} | {floor:.3f}: {parts[0]:.3f} + {parts[1]:.3f} + {parts[2]:.3f} | "
+                          f"{load.cpu_ms_per_push / floor:.2f} | {100 * load.busy_fraction:.0f} % | {saturate} |",
+                          flush=True)
+    one = min(args.shards)
+    for transport, shards, workers, params in rates:
+        if shards != one:
+            ratio = rates[transport, shards, workers, params] / rates[transport, one, workers, params]
+            print(f"{shards} shards / {one}: {ratio:.2f}x the pushes per second ({transport}, {workers} worker(s), "
+                  f"{params:,} parameters)")
     if len(per_size) >= 3:
         print(f"\n({args.transports[0]}:)")
         sizes = sorted(per_size)

@@ -147,3 +147,16 @@ def test_sigterm_stops_every_rank_at_the_same_batch(tmp_path, strategy, lag):
     trained = [int((tmp_path / f"sigterm_rank{r}.txt").read_text()) for r in (0, 1)]
     assert trained == [4 + lag] * 2, trained
     assert not [role for role, pid in pids(tmp_path).items() if alive(pid)], "a process outlived the run"
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads process states from /proc (Linux)")
+def test_a_killed_server_shard_ends_the_run_naming_it(tmp_path):
+    proc = run_train_script(tmp_path, "--strategy", "ssp", "--staleness", "2", "--timeout", "30", "--servers", "2",
+                            "--kill-server-step", "3", "--kill-shard", "1", check=False, timeout=120)
+    assert proc.returncode != 0
+    started = pids(tmp_path)
+    assert {"rank0", "rank1", "server", "server1"} <= set(started), (started, proc.stderr[-3000:])
+    pattern = rf"lightning-hybrid: parameter server shard 1 \(pid {started['server1']}\) was killed by signal SIGKILL"
+    assert re.search(pattern, last_line(proc.stderr)), proc.stderr[-3000:]
+    assert not [role for role, pid in started.items() if alive(pid)], "a process outlived the run"
+    assert shared_memory_left(started) == [], "a segment was left in /dev/shm"

@@ -88,18 +88,25 @@ def push_in_thread(client, grad, out):
     return thread, result
 
 
-@pytest.mark.parametrize("server", [(float("inf"), "delay")], indirect=True)
-def test_async_applies_each_gradient_once_in_arrival_order(server):
-    c0, c1 = server
+def two_async_pushes(c0, c1) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """Worker 0 sends the optimizer and pushes, then worker 1 pushes a gradient computed on the
+    initial parameters (one update behind): checks both replies; the gradients, worker 0's buffer."""
     _, optimizer = make_optimizer()
     assert c0.init(optimizer) == 4
     out0, out1 = torch.empty(4), torch.empty(4)
     g = [torch.tensor([1.0, 2.0, 3.0, 4.0]), torch.tensor([-1.0, 0.5, 0.0, 2.0]), torch.tensor([0.3, 0.3, 0.3, 0.3])]
     info = c0.push(g[0], [0.1], out0)
     assert info.version == 1 and info.staleness == 0
-    info = c1.push(g[1], [0.1], out1)  # computed on the initial parameters: one update behind
+    info = c1.push(g[1], [0.1], out1)
     assert info.version == 2 and info.staleness == 1
     torch.testing.assert_close(out1, reference_apply(g[:2]))
+    return g, out0
+
+
+@pytest.mark.parametrize("server", [(float("inf"), "delay")], indirect=True)
+def test_async_applies_each_gradient_once_in_arrival_order(server):
+    c0, c1 = server
+    g, out0 = two_async_pushes(c0, c1)
     c0.push(g[2], [0.1], out0)
     torch.testing.assert_close(out0, reference_apply(g))
     # the optimizer state (momentum) is the server's

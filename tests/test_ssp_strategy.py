@@ -21,12 +21,13 @@ def load(path):
     return torch.load(path, weights_only=False)
 
 
-@pytest.mark.parametrize("transport", ["auto", "channel"])
-def test_staleness_zero_equals_ddp(tmp_path_factory, transport):
-    """Through shared memory (``auto`` on one host) and through the side channel alike."""
+@pytest.mark.parametrize("transport, servers", [("auto", 1), ("channel", 1), ("auto", 2), ("channel", 2)])
+def test_staleness_zero_equals_ddp(tmp_path_factory, transport, servers):
+    """Through shared memory (``auto`` on one host) and through the side channel alike, with one
+    server or the parameters sharded over two."""
     ddp_run = shared_train_script(tmp_path_factory, "--strategy", "ddp", *REFERENCE)
     ssp_run = shared_train_script(tmp_path_factory, "--strategy", "ssp", "--staleness", "0", "--transport", transport,
-                                  *REFERENCE)
+                                  "--servers", str(servers), *REFERENCE)
     used = {(ssp_run / f"transport_rank{r}.txt").read_text() for r in (0, 1)}
     assert used == {"shared_memory" if transport == "auto" else "channel"}
     ddp, ssp0, ssp1 = load(ddp_run / "rank0.pt"), load(ssp_run / "rank0.pt"), load(ssp_run / "rank1.pt")

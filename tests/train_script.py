@@ -143,13 +143,13 @@ class SigtermAt(pl.Callback):
 class KillServerAt(pl.Callback):
     """SIGKILLs the parameter server (started by rank 0) at a given training step of rank 0."""
 
-    def __init__(self, step: int, out: Path) -> None:
-        self.step, self.out = step, out
+    def __init__(self, step: int, out: Path, shard: int = 0) -> None:
+        self.step, self.out, self.shard = step, out, shard
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         if trainer.global_rank == 0 and batch_idx == self.step:
             (self.out / "killed_at").write_text(repr(time.time()))
-            os.kill(trainer.strategy._server.pid, signal.SIGKILL)
+            os.kill(trainer.strategy._servers[self.shard].pid, signal.SIGKILL)
 
 
 class TrainedBatches(pl.Callback):
@@ -193,9 +193,8 @@ class PidFiles(pl.Callback):
 
     def on_fit_start(self, trainer, pl_module):
         (self.out / f"pid_rank{trainer.global_rank}").write_text(str(os.getpid()))
-        server = getattr(trainer.strategy, "_server", None)
-        if server is not None:
-            (self.out / "pid_server").write_text(str(server.pid))
+        for shard, server in enumerate(getattr(trainer.strategy, "_servers", [])):
+            (self.out / f"pid_server{shard or ''}").write_text(str(server.pid))
 
 
 class OutOfMemoryAt(pl.Callback):
@@ -274,6 +273,8 @@ def main() -> None:
                         help="parameter-server strategies: rank 0 waits this long before it ends the server")
     parser.add_argument("--transport", default="auto", help="parameter-server strategies: auto | channel")
     parser.add_argument("--wire-dtype", default="fp32", help="parameter-server strategies: fp32 | bf16")
+    parser.add_argument("--servers", default="1", help="parameter-server strategies: server shards (a number, or auto)")
+    parser.add_argument("--kill-shard", type=int, default=0, help="with --kill-server-step: which server shard")
     parser.add_argument("--bf16-initial", action="store_true", help="start from parameters rounded to bf16")
     args = parser.parse_args()
     torch.set_num_threads(threads_per_process(args.devices * args.processes_per_device))
@@ -281,13 +282,14 @@ def main() -> None:
     pl.seed_everything(0)
     strategy = args.strategy
     shared = {"processes_per_device": args.processes_per_device, "fork_ranks": args.fork_ranks}
+    servers = args.servers if args.servers == "auto" else int(args.servers)
     if strategy == "ssp":
         strategy = SSPStrategy(staleness=args.staleness, sync=args.sync, timeout=args.timeout,
                                on_worker_failure=args.on_worker_failure, transport=args.transport,
-                               wire_dtype=args.wire_dtype, **shared)
+                               wire_dtype=args.wire_dtype, servers=servers, **shared)
     elif strategy == "cneural":
         strategy = CNeuralStrategy(timeout=args.timeout, on_worker_failure=args.on_worker_failure,
-                                   transport=args.transport, wire_dtype=args.wire_dtype, **shared)
+                                   transport=args.transport, wire_dtype=args.wire_dtype, servers=servers, **shared)
     elif strategy == "asgd":
         strategy = AllReduceASGDStrategy(
             delay=args.delay, compensation=args.compensation, dc_lambda=args.dc_lambda, warmup_steps=args.warmup,
@@ -322,7 +324,7 @@ def main() -> None:
     callbacks.append(ValidationRecord(args.out))
     val_check_interval = float(args.val_check_interval) if "." in args.val_check_interval else int(args.val_check_interval)
     if args.kill_server_step is not None:
-        callbacks.append(KillServerAt(args.kill_server_step, args.out))
+        callbacks.append(KillServerAt(args.kill_server_step, args.out, args.kill_shard))
     if args.sigterm_step is not None:
         callbacks.append(SigtermAt(args.sigterm_step, args.out))
     if args.oom_rank is not None:

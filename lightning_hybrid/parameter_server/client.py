@@ -45,26 +45,40 @@ class ParameterServerClient:
     """Requests from worker ``worker`` (of the Lightning world) to the server over the side channel;
     gradients and parameters travel in ``bulk_dtype`` (the server's ``wire_dtype``)."""
 
-    def __init__(self, pg, worker: int, bulk_dtype: torch.dtype = torch.float32) -> None:
+    def __init__(self, pg, worker: int, bulk_dtype: torch.dtype = torch.float32, server_name: str = "parameter server") -> None:
         self.mailbox = channel.Mailbox(pg, bulk_dtype=bulk_dtype)
         self.worker = worker
+        self.server_name = server_name  # in errors: "parameter server", or "parameter server shard 1"
         self._payload: channel.Payload | None = None  # the last reply's
 
     def _request(self, request: Message, expected: type[Message], payloads: Sequence[torch.Tensor] = (),
                  bulk: torch.Tensor | None = None) -> Any:
+        self._send(request, payloads, bulk)
+        return self._answer(request, expected)
+
+    def _lost(self, request: Message, err: BaseException) -> ChannelClosedError:
+        return ChannelClosedError(
+            f"worker {self.worker}: no answer from the {self.server_name} to {type(request).__name__} ({err}). The "
+            "server died, or a worker it waits for died or stalled past the timeout; see the other processes' errors."
+        )
+
+    def _send(self, request: Message, payloads: Sequence[torch.Tensor] = (), bulk: torch.Tensor | None = None) -> None:
         try:
             self.mailbox.send(request, 0, payloads, bulk=bulk)
+        except RuntimeError as err:
+            raise self._lost(request, err) from err
+
+    def _answer(self, request: Message, expected: type[Message]) -> Any:
+        """The reply to ``request`` (sent), checked to be an ``expected``."""
+        try:
             reply, self._payload = self.mailbox.receive(0, reply=True)
         except RuntimeError as err:
-            raise ChannelClosedError(
-                f"worker {self.worker}: no answer from the parameter server to {type(request).__name__} ({err}). The "
-                "server died, or a worker it waits for died or stalled past the timeout; see the other processes' errors."
-            ) from err
+            raise self._lost(request, err) from err
         if isinstance(reply, Refused):
             text = bytes(self._take(torch.uint8, reply.nbytes).tolist()).decode()
-            raise RuntimeError(f"parameter server refused {type(request).__name__.upper()} from worker {self.worker}: {text}")
+            raise RuntimeError(f"{self.server_name} refused {type(request).__name__.upper()} from worker {self.worker}: {text}")
         if not isinstance(reply, expected):
-            raise RuntimeError(f"the parameter server answered {type(request).__name__} with {type(reply).__name__}")
+            raise RuntimeError(f"the {self.server_name} answered {type(request).__name__} with {type(reply).__name__}")
         return reply
 
     def _take(self, dtype: torch.dtype, count: int) -> torch.Tensor:
@@ -146,18 +160,35 @@ class ParameterServerClient:
         batch mode, the lost workers' shares (a bit each) the sum covers, when the server asked for
         them (``PullInfo.adopt``).
         """
+        return self.pulled(self.send_push(flat_grad, lrs, out, next_chunk_of_epoch, weight, read_version, batches, shares),
+                           out)
+
+    def send_push(self, flat_grad: torch.Tensor, lrs: Sequence[float], out: torch.Tensor,
+                  next_chunk_of_epoch: int | None = None, weight: int = 1, read_version: int | None = None,
+                  batches: int = 1, shares: int = 0) -> Push:
+        """The first half of :meth:`push`: send it, without waiting for the reply (:meth:`pulled`)."""
         self.mailbox.grow(out.numel())
         lr_tensor = torch.tensor(list(lrs), dtype=torch.float64)
         want = -1 if next_chunk_of_epoch is None else next_chunk_of_epoch
         read = -1 if read_version is None else read_version
         request = Push(len(lrs), flat_grad.numel(), want, weight, read, batches, shares)
-        reply = self._request(request, Parameters, [lr_tensor], bulk=flat_grad)
-        return self._receive_params(reply, out)
+        self._send(request, [lr_tensor], bulk=flat_grad)
+        return request
+
+    def pulled(self, request: Push | Finish, out: torch.Tensor) -> PullInfo:
+        """The second half of :meth:`push` or :meth:`finish`: wait for the reply to ``request``, the
+        parameters into ``out``."""
+        return self._receive_params(self._answer(request, Parameters), out)
 
     def finish(self, out: torch.Tensor) -> PullInfo:
         """Report the end of this worker's epoch; block until every worker has; parameters into ``out``."""
+        return self.pulled(self.send_finish(out), out)
+
+    def send_finish(self, out: torch.Tensor) -> Finish:
+        """The first half of :meth:`finish` (see :meth:`pulled`)."""
         self.mailbox.grow(out.numel())
-        return self._receive_params(self._request(Finish(), Parameters), out)
+        self._send(Finish())
+        return Finish()
 
     def optimizer_state(self) -> dict[str, Any]:
         """The server's optimizer state dict."""

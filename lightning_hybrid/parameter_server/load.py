@@ -21,7 +21,7 @@ Example::
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 
@@ -55,6 +55,14 @@ class ServerLoad:
         """The fields and the derived figures as ``{prefix}/name`` floats (a metrics report's entries)."""
         values = {**asdict(self), "busy_fraction": self.busy_fraction, "cpu_ms_per_push": self.cpu_ms_per_push}
         return {f"{prefix}/{name}": float(value) for name, value in values.items()}
+
+    @classmethod
+    def combined(cls, shards: Sequence[ServerLoad]) -> ServerLoad:
+        """The load of sharded servers together: shard 0's pushes and steps (every shard receives
+        every push and takes the same steps), the longest wall-clock and busy times, the CPU time
+        of all (so that :attr:`cpu_ms_per_push` is what a push costs all shards together)."""
+        return cls(shards[0].pushes, shards[0].steps, max(s.wall_s for s in shards), max(s.busy_s for s in shards),
+                   sum(s.cpu_s for s in shards))
 
     def describe(self) -> str:
         return (

@@ -320,6 +320,8 @@ class ServerSettings:
             are sized for them from the start (0: at ``Init``; a receive posted before ``Init`` was
             handled then fits a model of about 131,000 parameters at most).
         wire_dtype: the dtype gradients and parameters travel in (:data:`WIRE_DTYPES`).
+        shard, shards: this server is shard ``shard`` of ``shards``
+            (:mod:`~lightning_hybrid.parameter_server.sharding`; it holds ``num_params`` of them).
     """
 
     host: str
@@ -340,6 +342,8 @@ class ServerSettings:
     batch_mode: bool = False
     num_params: int = 0
     wire_dtype: str = "fp32"
+    shard: int = 0
+    shards: int = 1
 
     def __post_init__(self) -> None:
         if self.workers < 1:
@@ -350,8 +354,15 @@ class ServerSettings:
                 f"on_worker_failure must be one of {', '.join(map(repr, WORKER_FAILURE_MODES))}, got {self.on_worker_failure!r}"
             )
         wire_dtype(self.wire_dtype)
+        if not 0 <= self.shard < self.shards:
+            raise ValueError(f"shard {self.shard} of {self.shards}: shards are numbered from 0")
         if self.max_steps == 0 or self.max_steps < -1:
             raise ValueError(f"max_steps must be a positive number of optimizer steps or -1, got {self.max_steps}")
+
+    @property
+    def name(self) -> str:
+        """What the server is called in messages: "parameter server", or "parameter server shard i"."""
+        return "parameter server" if self.shards == 1 else f"parameter server shard {self.shard}"
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))  # inf is written as Infinity, which json reads back

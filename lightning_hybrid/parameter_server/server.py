@@ -497,8 +497,8 @@ def _name_this_process(name: str) -> None:
 
 def run(settings: ServerSettings) -> None:
     """Be the server of ``settings`` in this process until ``Shutdown``, then exit it (code 0)."""
-    _name_this_process(PROCESS_NAME)
-    logging.basicConfig(level=logging.INFO, format="[parameter server] %(message)s", stream=sys.stderr, force=True)
+    _name_this_process(PROCESS_NAME if settings.shards == 1 else f"{PROCESS_NAME[:12]}-{settings.shard}")
+    logging.basicConfig(level=logging.INFO, format=f"[{settings.name}] %(message)s", stream=sys.stderr, force=True)
     _exit_when_orphaned(os.getppid())
     torch.set_num_threads(1)
     pg = channel.open_channel(settings.host, settings.port, settings.prefix, 0, settings.workers + 1, settings.timeout)

@@ -25,7 +25,7 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.trainer.states import TrainerFn
 
-from lightning_hybrid.comm.collectives import all_gather, broadcast_
+from lightning_hybrid.comm.collectives import all_gather, broadcast_, broadcast_object
 from lightning_hybrid.comm.flat import copy_into, flatten, gradients
 from lightning_hybrid.comm.regroup import live_ranks, regroup
 from lightning_hybrid.parameter_server.channel import open_channel
@@ -35,6 +35,7 @@ from lightning_hybrid.parameter_server.protocol import WORKER_FAILURE_MODES, Ser
 from lightning_hybrid.parameter_server.protocol import wire_dtype as wire_dtype_of
 from lightning_hybrid.parameter_server.server import run as run_server
 from lightning_hybrid.parameter_server.server import start_server
+from lightning_hybrid.parameter_server.sharding import ShardedClient, auto_servers, plan_shards
 from lightning_hybrid.strategies import common
 from lightning_hybrid.strategies.forked_ranks import ForkedProcess, Standby
 from lightning_hybrid.strategies.sigterm import check_sigterm_locally, restore_sigterm_broadcast
@@ -98,6 +99,13 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
             run does the same either way; :attr:`transport_used` says which this worker got.
         wire_dtype: ``"fp32"`` (default) or ``"bf16"``: the dtype gradients and parameters travel
             in, half the bytes with bf16; the server keeps float32 weights and optimizer state.
+        servers: server processes, each holding a contiguous shard of the parameters (balanced
+            by bytes) and doing its part of every push at once
+            (:mod:`~lightning_hybrid.parameter_server.sharding`, which says what the shards agree
+            on). ``1`` (default): one server. ``"auto"``: one per
+            :data:`~lightning_hybrid.parameter_server.sharding.AUTO_MIN_PARAMS_PER_SHARD` parameters,
+            no more than the cores the workers on rank 0's host leave free. Every shard is one
+            more process beside the workers.
     """
 
     #: The fewest workers the strategy runs with.
@@ -121,9 +129,19 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
         on_worker_failure: str = "stop",
         transport: str = "auto",
         wire_dtype: str = "fp32",
+        servers: int | str = 1,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        if servers != "auto" and (isinstance(servers, bool) or not isinstance(servers, int) or servers < 1):
+            raise ValueError(f"servers must be a positive number of server processes or 'auto', got {servers!r}")
+        if servers != 1 and on_worker_failure == "continue":
+            raise ValueError(
+                "on_worker_failure='continue' works with one parameter server only (each shard would re-deal a lost "
+                f"worker's batches and regroup on its own); got servers={servers!r}. Use servers=1, or "
+                "on_worker_failure='stop'."
+            )
+        self.servers = servers
         if transport not in TRANSPORTS:
             raise ValueError(
                 f"transport must be 'auto' (shared memory with a server on the same host, else the side channel) or "
@@ -150,7 +168,8 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
         self.communication_wait_s = 0.0
         #: Global rank 0, after fitting: what the server did and how busy it was (its ``Bye``).
         self.server_load: ServerLoad | None = None
-        self._server: subprocess.Popen | ForkedProcess | None = None
+        self._server: subprocess.Popen | ForkedProcess | None = None  # shard 0's
+        self._servers: list[subprocess.Popen | ForkedProcess] = []  # every shard's
         self._standby_server: Standby | None = None  # fork_ranks: the server process, forked at launch
         self._params: list[torch.Tensor] = []
         self._flat: torch.Tensor | None = None
@@ -235,24 +254,44 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
         # would lock the workers into step with each other. Each checks its own flag instead.
         check_sigterm_locally(trainer)
 
+    def _server_count(self) -> int:
+        """``servers``, with ``"auto"`` decided on rank 0 (its host's free cores) for every rank."""
+        if self.servers != "auto":
+            return self.servers
+        mine = auto_servers(self._flat.numel(), self.num_processes) if self.global_rank == 0 else None
+        return broadcast_object(mine, src=0)
+
     def _open_server_channel(self) -> None:
         env = self.cluster_environment
-        settings = ServerSettings(
-            host=str(env.main_address), port=int(env.main_port), prefix=f"lightning_hybrid/ps/{next(_SESSIONS)}/",
-            workers=self.num_workers, staleness=self.staleness, sync=self.sync, timeout=self.timeout,
-            max_steps=max(self.max_steps - self._steps_before, 1) if self.max_steps > 0 else -1,
-            on_worker_failure=self.on_worker_failure, batch_mode=self.batch_mode,
-            num_params=self._flat.numel(), wire_dtype=self.wire_dtype, **self._update_rule(),
-        )
-        self._channel_prefix = settings.prefix
+        servers = self._server_count()
+        plan = plan_shards([p.numel() for p in self._params], servers)
+        self._channel_prefix = f"lightning_hybrid/ps/{next(_SESSIONS)}/"
+        shards = [
+            ServerSettings(
+                host=str(env.main_address), port=int(env.main_port),
+                prefix=self._channel_prefix if servers == 1 else f"{self._channel_prefix}shard{i}/",
+                workers=self.num_workers, staleness=self.staleness, sync=self.sync, timeout=self.timeout,
+                max_steps=max(self.max_steps - self._steps_before, 1) if self.max_steps > 0 else -1,
+                on_worker_failure=self.on_worker_failure, batch_mode=self.batch_mode,
+                num_params=stop - start, wire_dtype=self.wire_dtype, shard=i, shards=servers, **self._update_rule(),
+            )
+            for i, (start, stop) in enumerate(plan.values)
+        ]
         if self.global_rank == 0:
             standby, self._standby_server = self._standby_server, None
-            self._server = start_server(settings) if standby is None else standby.start(settings.to_json())
+            self._servers = [start_server(settings) if standby is None or settings.shard else standby.start(settings.to_json())
+                             for settings in shards]
+            self._server = self._servers[0]
             if self.process_watch is not None:
-                self.process_watch.add("parameter server", None, self._server)
-        pg = open_channel(settings.host, settings.port, settings.prefix, self.global_rank + 1, self.num_workers + 1,
-                          self.timeout)
-        self.client = ParameterServerClient(pg, self.global_rank, self._wire_dtype)
+                for settings, process in zip(shards, self._servers):
+                    self.process_watch.add(settings.name, None, process)
+        clients = [
+            ParameterServerClient(open_channel(settings.host, settings.port, settings.prefix, self.global_rank + 1,
+                                               self.num_workers + 1, self.timeout),
+                                  self.global_rank, self._wire_dtype, settings.name)
+            for settings in shards
+        ]
+        self.client = clients[0] if servers == 1 else ShardedClient(clients, plan)
         self.transport_used = "channel"
         if self.transport == "auto":
             self.transport_used = self.client.attach_shared_memory(self._flat.numel())
@@ -419,18 +458,20 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
         self.client = None
 
     def _stop_server(self, ask_to_end: Callable[[], Any]) -> Any:
-        """End the server on purpose: stop watching it (its exit is no death to report), ``ask_to_end()``,
-        wait for it, kill it if it does not end; what ``ask_to_end()`` returned."""
-        if self._server is None:
+        """End the server (every shard) on purpose: stop watching it (its exit is no death to
+        report), ``ask_to_end()``, wait for it, kill it if it does not end; what ``ask_to_end()`` returned."""
+        if not self._servers:
             return None
         if self.process_watch is not None:
-            self.process_watch.forget(self._server)
+            for process in self._servers:
+                self.process_watch.forget(process)
         answer = ask_to_end()
-        try:
-            self._server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self._server.kill()
-        self._server = None
+        for process in self._servers:
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        self._servers, self._server = [], None
         return answer
 
     # ------------------------------------------------------------------ Lightning's collectives
@@ -460,8 +501,8 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
         if self._own_callback is not None and module is not None and module._trainer is not None:
             module.trainer.fit_loop.epoch_loop.max_steps = self.max_steps
             restore_sigterm_broadcast(module.trainer)
-        if self._server is not None and self._server.poll() is None:
-            self._stop_server(self._server.terminate)
+        if any(process.poll() is None for process in self._servers):
+            self._stop_server(lambda: [process.terminate() for process in self._servers if process.poll() is None])
         self.client = None
         self._async = False
         super().teardown()
