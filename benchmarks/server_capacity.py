@@ -12,8 +12,9 @@ Each row runs with one transport (``--transports``): ``shared_memory``, each wor
 and parameters through a segment in /dev/shm (SSPStrategy's ``transport="auto"`` on one host), or
 ``channel``, through the gloo side channel (workers on other hosts, ``transport="channel"``). Beside
 the server's time per push, the floor measured in the same run on one core: the gradient copied in,
-the optimizer's step (SGD with momentum), the parameters copied out; what a push cannot cost less
-than on one core, whatever the transport.
+the optimizer's step (SGD with momentum; one per ``workers`` pushes, the default update rule, so a
+push's share of it), the parameters copied out: what a push cannot cost less than on one core,
+whatever the transport.
 
 Three sizes or more separate what a push costs per value (copying, the optimizer: the slope
 between the two largest) from what it costs per message (headers, wake-ups, Python: the rest of the
@@ -84,6 +85,7 @@ def worker(port: int, rank: int, workers: int, params: int, pushes: int, transpo
     if rank == 0:
         load = client.shutdown()
         results.put(("load", (load, getattr(client, "shard_loads", [load]))))
+    ready.wait()  # a worker that leaves while a server still serves reads to it as one that died
 
 
 def measure(workers: int, params: int, pushes: int, transport: str,
@@ -182,7 +184,8 @@ def main() -> None:
                     if transport == args.transports[0] and shards == args.shards[0]:
                         per_size.setdefault(params, []).append(load.cpu_ms_per_push)
                     saturate = f"{load.workers_to_saturate(worker_s):.0f}" if params == LENET5_PARAMS else "-"
-                    parts = floors[params]
+                    # a step per pushes_per_update (= workers) pushes: each push pays its share of one
+                    parts = (floors[params][0], floors[params][1] * load.steps / max(load.pushes, 1), floors[params][2])
                     floor = sum(parts)
                     slowest = max(s.cpu_ms_per_push for s in shard_loads)
                     print(f"| {workers} | {transport} | {shards} | {params:,} | {rate:.0f} | {load.cpu_ms_per_push:.3f} | "
