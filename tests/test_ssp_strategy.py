@@ -295,8 +295,17 @@ def test_staleness_zero_with_a_bf16_wire_is_ddp_within_bf16_rounding(tmp_path_fa
         assert (error > 0).any(), f"{name}: exactly DDP's, so nothing was rounded"
 
 
-def test_transport_and_wire_dtype_are_checked_when_the_strategy_is_made():
+def test_transport_wire_dtype_servers_and_server_device_are_checked_when_the_strategy_is_made():
     with pytest.raises(ValueError, match="transport must be 'auto'.*got 'shm'"):
         SSPStrategy(transport="shm")
     with pytest.raises(ValueError, match="wire_dtype must be one of 'fp32', 'bf16'.*got 'fp16'"):
         SSPStrategy(wire_dtype="fp16")
+    with pytest.raises(ValueError, match="servers must be a positive number of server processes or 'auto', got 0"):
+        SSPStrategy(servers=0)
+    with pytest.raises(ValueError, match="on_worker_failure='continue' works with one parameter server only"):
+        SSPStrategy(servers=2, on_worker_failure="continue")
+    with pytest.raises(ValueError, match="server_device must be 'cpu', 'cuda' or 'cuda:N', got 'tpu'"):
+        SSPStrategy(server_device="tpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="server_device='cuda': this machine has no CUDA device"):
+            SSPStrategy(server_device="cuda")

@@ -273,6 +273,7 @@ def main() -> None:
                         help="parameter-server strategies: rank 0 waits this long before it ends the server")
     parser.add_argument("--transport", default="auto", help="parameter-server strategies: auto | channel")
     parser.add_argument("--wire-dtype", default="fp32", help="parameter-server strategies: fp32 | bf16")
+    parser.add_argument("--server-device", default="cpu", help="parameter-server strategies: server_device")
     parser.add_argument("--servers", default="1", help="parameter-server strategies: server shards (a number, or auto)")
     parser.add_argument("--kill-shard", type=int, default=0, help="with --kill-server-step: which server shard")
     parser.add_argument("--bf16-initial", action="store_true", help="start from parameters rounded to bf16")
@@ -286,10 +287,12 @@ def main() -> None:
     if strategy == "ssp":
         strategy = SSPStrategy(staleness=args.staleness, sync=args.sync, timeout=args.timeout,
                                on_worker_failure=args.on_worker_failure, transport=args.transport,
-                               wire_dtype=args.wire_dtype, servers=servers, **shared)
+                               wire_dtype=args.wire_dtype, servers=servers, server_device=args.server_device,
+                               **shared)
     elif strategy == "cneural":
         strategy = CNeuralStrategy(timeout=args.timeout, on_worker_failure=args.on_worker_failure,
-                                   transport=args.transport, wire_dtype=args.wire_dtype, servers=servers, **shared)
+                                   transport=args.transport, wire_dtype=args.wire_dtype, servers=servers,
+                                   server_device=args.server_device, **shared)
     elif strategy == "asgd":
         strategy = AllReduceASGDStrategy(
             delay=args.delay, compensation=args.compensation, dc_lambda=args.dc_lambda, warmup_steps=args.warmup,

@@ -47,10 +47,10 @@ def copy_into(flat: torch.Tensor, tensors: Sequence[torch.Tensor]) -> None:
             tensor.copy_(piece)
 
 
-def flatten_in_place(params: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Move ``params`` into one flat float32 CPU buffer (their ``.data`` become views of it), and
-    give each a ``.grad`` that is a view of a second flat buffer; return both buffers."""
-    flat_params = flatten(params, dtype=torch.float32, device="cpu")  # a new tensor (torch.cat)
+def flatten_in_place(params: Sequence[torch.Tensor], device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """Move ``params`` into one flat float32 buffer on ``device`` (their ``.data`` become views of
+    it), and give each a ``.grad`` that is a view of a second flat buffer; return both buffers."""
+    flat_params = flatten(params, dtype=torch.float32, device=device)  # a new tensor (torch.cat)
     flat_grads = torch.zeros_like(flat_params)
     for p, data, grad in zip(params, slices(flat_params, params), slices(flat_grads, params)):
         p.data = data

@@ -3,7 +3,9 @@
 * :mod:`~lightning_hybrid.parameter_server.protocol`: typed requests and replies, the server's settings.
 * :mod:`~lightning_hybrid.parameter_server.channel`: the side channel (a gloo group of its own, CPU tensors).
 * :mod:`~lightning_hybrid.parameter_server.server`: the server process (optimizer, parameters, data).
+* :mod:`~lightning_hybrid.parameter_server.shared_memory`: gradients and parameters through /dev/shm on one host.
 * :mod:`~lightning_hybrid.parameter_server.client`: the workers' end of the protocol.
+* :mod:`~lightning_hybrid.parameter_server.sharding`: the parameters split over several server processes.
 * :mod:`~lightning_hybrid.parameter_server.sync_controller`: the staleness rules (BSP, delay, bounded, async).
 * :mod:`~lightning_hybrid.parameter_server.dispenser`: handing out an epoch's batches on request.
 

@@ -80,6 +80,41 @@ def _padded(nbytes: int) -> int:
     return -(-nbytes // 8) * 8
 
 
+#: A bulk vector: one tensor, or tensors whose values, in order, make it up (a model's gradients or
+#: parameters, written or read in place without a flat copy of their own).
+Bulk = torch.Tensor | Sequence[torch.Tensor]
+
+
+def bulk_numel(bulk: Bulk) -> int:
+    """The values of a bulk vector."""
+    return bulk.numel() if isinstance(bulk, torch.Tensor) else sum(t.numel() for t in bulk)
+
+
+def fill(target: torch.Tensor, bulk: Bulk) -> None:
+    """Copy ``bulk``'s values, in order, into the flat ``target`` (converting dtype and device)."""
+    if isinstance(bulk, torch.Tensor):
+        target.copy_(bulk.detach().reshape(-1))
+        return
+    offset = 0
+    for piece in bulk:
+        n = piece.numel()
+        target[offset : offset + n].copy_(piece.detach().reshape(-1))
+        offset += n
+
+
+def spill(source: torch.Tensor, out: Bulk) -> None:
+    """Copy the flat ``source``'s values, in order, into ``out`` (the inverse of :func:`fill`)."""
+    if isinstance(out, torch.Tensor):
+        out.copy_(source.view_as(out) if out.dim() > 1 else source)
+        return
+    offset = 0
+    with torch.no_grad():
+        for tensor in out:
+            n = tensor.numel()
+            tensor.copy_(source[offset : offset + n].view_as(tensor))
+            offset += n
+
+
 class Payload:
     """A received message's payload, read front to back (each tensor 8-byte aligned), and its bulk
     (:meth:`bulk`: last in the payload, or in the shared-memory region ``shared``). The tensors read
@@ -138,17 +173,17 @@ class Mailbox:
         return None if self.segment is None else (self.segment, "replies" if reply else "requests")
 
     def send(self, message: Message, dst: int, payloads: Sequence[torch.Tensor] = (), reply: bool = False,
-             bulk: torch.Tensor | None = None) -> None:
+             bulk: Bulk | None = None) -> None:
         """Send ``message`` and its payload tensors to channel rank ``dst`` (a reply with ``reply``);
         ``bulk``, converted to :attr:`bulk_dtype`, after them or through the shared segment."""
         region = self._region(reply)
-        if bulk is not None and region is not None:
-            region[0].write(region[1], bulk, self.bulk_dtype)  # before the message that says it is there
+        if bulk is not None and region is not None:  # written before the message that says it is there
+            fill(region[0].view(region[1], self.bulk_dtype, bulk_numel(bulk)), bulk)
             bulk = None
         parts = [t.detach().to(SIDE_CHANNEL_DEVICE).contiguous().view(-1).view(torch.uint8) for t in payloads]
         sizes = [_padded(p.numel()) for p in parts]
         if bulk is not None:
-            sizes.append(_padded(bulk.numel() * torch.empty((), dtype=self.bulk_dtype).element_size()))
+            sizes.append(_padded(bulk_numel(bulk) * torch.empty((), dtype=self.bulk_dtype).element_size()))
         total = sum(sizes)
         inline = _HEADER_BYTES + total <= self.capacity
         needed = _HEADER_BYTES + (total if inline else 0)
@@ -162,8 +197,8 @@ class Mailbox:
             body[offset : offset + part.numel()] = part
             offset += size
         if bulk is not None:  # converted to the wire's dtype as it is copied in
-            nbytes = bulk.numel() * torch.empty((), dtype=self.bulk_dtype).element_size()
-            body[offset : offset + nbytes].view(self.bulk_dtype).copy_(bulk.detach().reshape(-1))
+            nbytes = bulk_numel(bulk) * torch.empty((), dtype=self.bulk_dtype).element_size()
+            fill(body[offset : offset + nbytes].view(self.bulk_dtype), bulk)
         send(self.pg, packed, dst, TAG_REPLY if reply else TAG_REQUEST)
         if not inline:
             send(self.pg, body, dst, TAG_REPLY_PAYLOAD if reply else TAG_REQUEST_PAYLOAD)
@@ -228,7 +263,7 @@ class Inbox:
         self.mailboxes[worker].segment = self._spares[worker].segment = segment
 
     def send(self, message: Message, worker: int, payloads: Sequence[torch.Tensor] = (),
-             bulk: torch.Tensor | None = None) -> None:
+             bulk: Bulk | None = None) -> None:
         self.mailboxes[worker].send(message, worker + 1, payloads, reply=True, bulk=bulk)
 
 

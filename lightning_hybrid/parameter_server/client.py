@@ -134,14 +134,14 @@ class ParameterServerClient:
             info.chunk = self._take(torch.int64, reply.chunk).clone()
             info.chunk_segment = reply.chunk_segment
         info.epoch_over = reply.chunk < 0
-        out.copy_(self._payload.bulk(out.numel()))  # the bulk comes last
+        channel.spill(self._payload.bulk(channel.bulk_numel(out)), out)  # the bulk comes last
         return info
 
     def push(
         self,
-        flat_grad: torch.Tensor,
+        flat_grad: channel.Bulk,
         lrs: Sequence[float],
-        out: torch.Tensor,
+        out: channel.Bulk,
         next_chunk_of_epoch: int | None = None,
         weight: int = 1,
         read_version: int | None = None,
@@ -149,6 +149,9 @@ class ParameterServerClient:
         shares: int = 0,
     ) -> PullInfo:
         """Push a gradient; block until the server lets this worker go on; newest parameters into ``out``.
+
+        ``flat_grad`` and ``out`` are flat vectors, or the model's tensors in order (read and written
+        in place: no flat copy of the model on this side).
 
         With ``next_chunk_of_epoch``, the worker's next batch of that epoch comes back with the
         parameters (``PullInfo.chunk``, or ``PullInfo.epoch_over``), saving a round trip.
@@ -163,19 +166,19 @@ class ParameterServerClient:
         return self.pulled(self.send_push(flat_grad, lrs, out, next_chunk_of_epoch, weight, read_version, batches, shares),
                            out)
 
-    def send_push(self, flat_grad: torch.Tensor, lrs: Sequence[float], out: torch.Tensor,
+    def send_push(self, flat_grad: channel.Bulk, lrs: Sequence[float], out: channel.Bulk,
                   next_chunk_of_epoch: int | None = None, weight: int = 1, read_version: int | None = None,
                   batches: int = 1, shares: int = 0) -> Push:
         """The first half of :meth:`push`: send it, without waiting for the reply (:meth:`pulled`)."""
-        self.mailbox.grow(out.numel())
+        self.mailbox.grow(channel.bulk_numel(out))
         lr_tensor = torch.tensor(list(lrs), dtype=torch.float64)
         want = -1 if next_chunk_of_epoch is None else next_chunk_of_epoch
         read = -1 if read_version is None else read_version
-        request = Push(len(lrs), flat_grad.numel(), want, weight, read, batches, shares)
+        request = Push(len(lrs), channel.bulk_numel(flat_grad), want, weight, read, batches, shares)
         self._send(request, [lr_tensor], bulk=flat_grad)
         return request
 
-    def pulled(self, request: Push | Finish, out: torch.Tensor) -> PullInfo:
+    def pulled(self, request: Push | Finish, out: channel.Bulk) -> PullInfo:
         """The second half of :meth:`push` or :meth:`finish`: wait for the reply to ``request``, the
         parameters into ``out``."""
         return self._receive_params(self._answer(request, Parameters), out)

@@ -288,6 +288,17 @@ def wire_dtype(name: str) -> torch.dtype:
     return WIRE_DTYPES[name]
 
 
+def check_server_device(name: str) -> str:
+    """``name`` if it names a device the server can run on ("cpu", "cuda", "cuda:N"), else a ValueError."""
+    try:
+        device = torch.device(name)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(f"server_device must be 'cpu', 'cuda' or 'cuda:N', got {name!r}") from err
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"server_device must be 'cpu', 'cuda' or 'cuda:N', got {name!r}")
+    return name
+
+
 # ---------------------------------------------------------------------- the server's settings
 #: What a lost worker does to the run: end it (the default), or leave its work to the others.
 WORKER_FAILURE_MODES = ("stop", "continue")
@@ -320,6 +331,8 @@ class ServerSettings:
             are sized for them from the start (0: at ``Init``; a receive posted before ``Init`` was
             handled then fits a model of about 131,000 parameters at most).
         wire_dtype: the dtype gradients and parameters travel in (:data:`WIRE_DTYPES`).
+        server_device: where the server keeps the parameters and runs the optimizer ("cpu",
+            "cuda", "cuda:N"); gradients and parameters still travel through host memory.
         shard, shards: this server is shard ``shard`` of ``shards``
             (:mod:`~lightning_hybrid.parameter_server.sharding`; it holds ``num_params`` of them).
     """
@@ -344,6 +357,7 @@ class ServerSettings:
     wire_dtype: str = "fp32"
     shard: int = 0
     shards: int = 1
+    server_device: str = "cpu"
 
     def __post_init__(self) -> None:
         if self.workers < 1:
@@ -354,6 +368,7 @@ class ServerSettings:
                 f"on_worker_failure must be one of {', '.join(map(repr, WORKER_FAILURE_MODES))}, got {self.on_worker_failure!r}"
             )
         wire_dtype(self.wire_dtype)
+        check_server_device(self.server_device)
         if not 0 <= self.shard < self.shards:
             raise ValueError(f"shard {self.shard} of {self.shards}: shards are numbered from 0")
         if self.max_steps == 0 or self.max_steps < -1:

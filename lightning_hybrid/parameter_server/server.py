@@ -94,8 +94,9 @@ class ParameterServer:
     def __init__(self, pg, num_workers: int, staleness: float, sync: str, rule: UpdateRule | None = None,
                  max_steps: int = -1, step_patience: float = 0.0, on_worker_failure: str = "stop",
                  pushes_follow_workers: bool = False, batch_mode: bool = False, num_params: int = 0,
-                 bulk_dtype: torch.dtype = torch.float32) -> None:
+                 bulk_dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu") -> None:
         self.inbox = channel.Inbox(pg, num_workers, num_params, bulk_dtype)
+        self.device = torch.device(device)
         self.num_workers = num_workers
         self.controller = SyncController(num_workers, staleness, sync)
         self.rule = rule or UpdateRule()
@@ -193,14 +194,19 @@ class ParameterServer:
         config = channel.from_bytes(payload.take(torch.uint8, request.nbytes))
         optimizer: torch.optim.Optimizer = config["optimizer"]
         params = [p for group in optimizer.param_groups for p in group["params"]]
-        flat_params, flat_grads = flatten_in_place(params)
+        if self.device.type != "cpu":
+            state = optimizer.state_dict()
+            for p in params:
+                p.data = p.data.to(self.device)
+            optimizer.load_state_dict(state)  # the state moves to where the parameters are
+        flat_params, flat_grads = flatten_in_place(params, self.device)
         self.inbox.grow(flat_params.numel())
         round_sum = torch.zeros_like(flat_grads) if self.controller.bsp else None
         self.opt = Optimization(optimizer, flat_params, flat_grads, round_sum)
         self._configured_momentum = [group.get("momentum") for group in optimizer.param_groups]
         log.info(
-            "%d parameters, %d workers, staleness %s (%s)",
-            flat_params.numel(), self.num_workers, self.controller.staleness, self.controller.mode,
+            "%d parameters on %s, %d workers, staleness %s (%s)",
+            flat_params.numel(), self.device, self.num_workers, self.controller.staleness, self.controller.mode,
         )
         self._reply(worker, Initialized(flat_params.numel()))
 
@@ -249,6 +255,8 @@ class ParameterServer:
                 f"worker {worker} pushed {request.numel} gradient values; the server holds {opt.flat_grads.numel()} parameters"
             )
         grads = payload.bulk(request.numel)  # a view (mailbox or shared memory): used before this worker's reply
+        if grads.device != self.device:
+            grads = grads.to(self.device)
         for group, lr in zip(opt.optimizer.param_groups, lrs.tolist()):
             group["lr"] = lr
         if request.shares:  # a lost worker's shares of this pass, computed by its adopter
@@ -506,7 +514,8 @@ def run(settings: ServerSettings) -> None:
                       restart_steps=settings.restart_steps)
     ParameterServer(pg, settings.workers, settings.staleness, settings.sync, rule, settings.max_steps,
                     settings.step_patience, settings.on_worker_failure, settings.pushes_follow_workers,
-                    settings.batch_mode, settings.num_params, wire_dtype(settings.wire_dtype)).serve()
+                    settings.batch_mode, settings.num_params, wire_dtype(settings.wire_dtype),
+                    settings.server_device).serve()
     # Shut down: nothing is left to clean up, and a normal interpreter exit with the channel's
     # receive threads still blocked in gloo aborts ("terminate called without an active exception").
     logging.shutdown()

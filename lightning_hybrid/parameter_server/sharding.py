@@ -44,6 +44,7 @@ from typing import Any
 
 import torch
 
+from lightning_hybrid.parameter_server.channel import Bulk
 from lightning_hybrid.parameter_server.client import ParameterServerClient, PullInfo
 from lightning_hybrid.parameter_server.load import ServerLoad
 from lightning_hybrid.parameter_server.protocol import DatasetShape
@@ -135,8 +136,11 @@ class ShardedClient:
         # the shards' versions in each reply, by shard 0's (the version the strategy sees), for read_version
         self._versions: OrderedDict[int, list[int]] = OrderedDict()
 
-    def _slices(self, flat: torch.Tensor) -> list[torch.Tensor]:
-        return [flat[start:stop] for start, stop in self.plan.values]
+    def _slices(self, bulk: Bulk) -> list[Bulk]:
+        """Each shard's part of a flat vector, or of the model's tensors."""
+        if isinstance(bulk, torch.Tensor):
+            return [bulk[start:stop] for start, stop in self.plan.values]
+        return [list(bulk[first:end]) for first, end in self.plan.tensors]
 
     def attach_shared_memory(self, num_params: int) -> str:
         """Each shard's segment (see :meth:`ParameterServerClient.attach_shared_memory`):
@@ -163,7 +167,7 @@ class ShardedClient:
             first.stopped_inside_epoch, _and(i.live for i in infos), first.adopt,
         )
 
-    def push(self, flat_grad: torch.Tensor, lrs: Sequence[float], out: torch.Tensor, next_chunk_of_epoch: int | None = None,
+    def push(self, flat_grad: Bulk, lrs: Sequence[float], out: Bulk, next_chunk_of_epoch: int | None = None,
              weight: int = 1, read_version: int | None = None, batches: int = 1, shares: int = 0) -> PullInfo:
         """Push each shard its slice of ``flat_grad``, all before waiting for any (they work at
         once); each shard's slice of the newest parameters into ``out``."""

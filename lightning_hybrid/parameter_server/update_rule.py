@@ -116,7 +116,8 @@ class UpdateRule:
             self._weights += self.staleness_decay * (scale - self._weights)
             self.mean_staleness = self._weighted_staleness / self._weights
         if self._sum is None or self._sum.shape != gradient.shape:
-            self._sum = torch.empty(gradient.shape, dtype=torch.float32)  # allocated once: no page faults per step
+            # allocated once (no page faults per step), where the server keeps its parameters
+            self._sum = torch.empty(gradient.shape, dtype=torch.float32, device=gradient.device)
         if self._weight == 0:  # the step's first push: written, not added (nothing to zero)
             torch.mul(gradient, float(scale), out=self._sum)
         else:

@@ -31,7 +31,7 @@ from lightning_hybrid.comm.regroup import live_ranks, regroup
 from lightning_hybrid.parameter_server.channel import open_channel
 from lightning_hybrid.parameter_server.client import ParameterServerClient, PullInfo
 from lightning_hybrid.parameter_server.load import ServerLoad
-from lightning_hybrid.parameter_server.protocol import WORKER_FAILURE_MODES, ServerSettings
+from lightning_hybrid.parameter_server.protocol import WORKER_FAILURE_MODES, ServerSettings, check_server_device
 from lightning_hybrid.parameter_server.protocol import wire_dtype as wire_dtype_of
 from lightning_hybrid.parameter_server.server import run as run_server
 from lightning_hybrid.parameter_server.server import start_server
@@ -106,6 +106,12 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
             :data:`~lightning_hybrid.parameter_server.sharding.AUTO_MIN_PARAMS_PER_SHARD` parameters,
             no more than the cores the workers on rank 0's host leave free. Every shard is one
             more process beside the workers.
+        server_device: where the server keeps the parameters and the optimizer's state and
+            takes its steps: ``"cpu"`` (default), ``"cuda"`` / ``"cuda:N"``, or ``"auto"`` (the
+            device of rank 0's model: a GPU when the workers train on GPUs). Gradients and
+            parameters still travel through host memory (shared memory or the side channel);
+            on a GPU the server's step costs far less than the copies, on the CPU it is the
+            largest part of a push (``benchmarks/server_capacity.py``).
     """
 
     #: The fewest workers the strategy runs with.
@@ -130,6 +136,7 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
         transport: str = "auto",
         wire_dtype: str = "fp32",
         servers: int | str = 1,
+        server_device: str = "cpu",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -142,6 +149,11 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
                 "on_worker_failure='stop'."
             )
         self.servers = servers
+        if server_device != "auto":
+            check_server_device(server_device)
+        self.server_device = server_device
+        if server_device != "auto":
+            self._resolved_server_device()  # a missing CUDA device is an error now, before any process starts
         if transport not in TRANSPORTS:
             raise ValueError(
                 f"transport must be 'auto' (shared memory with a server on the same host, else the side channel) or "
@@ -254,6 +266,16 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
         # would lock the workers into step with each other. Each checks its own flag instead.
         check_sigterm_locally(trainer)
 
+    def _resolved_server_device(self) -> str:
+        """``server_device`` with ``"auto"`` decided (rank 0's model's device), checked to exist here."""
+        device = str(self.root_device) if self.server_device == "auto" else self.server_device  # only rank 0's is used
+        if torch.device(device).type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(
+                f"server_device={self.server_device!r}: this machine has no CUDA device for the parameter server. Use "
+                "server_device='cpu' (or 'auto': the workers' device)."
+            )
+        return device
+
     def _server_count(self) -> int:
         """``servers``, with ``"auto"`` decided on rank 0 (its host's free cores) for every rank."""
         if self.servers != "auto":
@@ -273,7 +295,8 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
                 workers=self.num_workers, staleness=self.staleness, sync=self.sync, timeout=self.timeout,
                 max_steps=max(self.max_steps - self._steps_before, 1) if self.max_steps > 0 else -1,
                 on_worker_failure=self.on_worker_failure, batch_mode=self.batch_mode,
-                num_params=stop - start, wire_dtype=self.wire_dtype, shard=i, shards=servers, **self._update_rule(),
+                num_params=stop - start, wire_dtype=self.wire_dtype, shard=i, shards=servers,
+                server_device=self._resolved_server_device(), **self._update_rule(),
             )
             for i, (start, stop) in enumerate(plan.values)
         ]

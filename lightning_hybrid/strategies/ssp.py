@@ -24,6 +24,7 @@ from pytorch_lightning.trainer.states import RunningStage
 from pytorch_lightning.utilities.data import _update_dataloader
 from torch.utils.data import DataLoader, Sampler, SequentialSampler
 
+from lightning_hybrid.comm.flat import gradients
 from lightning_hybrid.parameter_server.client import PullInfo
 from lightning_hybrid.parameter_server.dispenser import chunks_per_epoch, segment_chunks
 from lightning_hybrid.parameter_server.protocol import DatasetShape
@@ -355,12 +356,15 @@ class SSPStrategy(ParameterServerStrategy):
         gradient in the background while it computes the next one; the gradient carries the step
         of the parameters it was computed at, so the server counts its staleness right."""
         want = None if self._data_epoch_over or self._dealt_epoch is None else self._dealt_epoch
-        lrs, grad, read = [group["lr"] for group in optimizer.param_groups], self._flat_grad(), self._weights_version
+        lrs, read = [group["lr"] for group in optimizer.param_groups], self._weights_version
         batches, self._batches_since_push = max(1, self._batches_since_push), 0
         if self._comm is None:
-            self._received(self._timed(lambda: self.client.push(grad, lrs, self._flat, want, read_version=read,
-                                                                 batches=batches)))
+            # The gradients are read and the parameters written in place: no flat copy of the model here.
+            grads = gradients(self._params)
+            info = self._timed(lambda: self.client.push(grads, lrs, self._params, want, read_version=read, batches=batches))
+            self._received(info, loaded=True)
             return
+        grad = self._flat_grad()  # sent while the next batch computes: a copy the backward pass cannot touch
         self._settle()
         self._in_flight = self._comm.submit(self.client.push, grad, lrs, self._flat, want, 1, read, batches)
 
@@ -370,7 +374,8 @@ class SSPStrategy(ParameterServerStrategy):
             future, self._in_flight = self._in_flight, None
             self._received(self._timed(future.result))
 
-    def _received(self, info: PullInfo) -> None:
+    def _received(self, info: PullInfo, loaded: bool = False) -> None:
+        """Take what a reply brings; the parameters into the model unless ``loaded`` (they went there)."""
         self._note(info)
         self._server_steps.server_at(info.version)
         if info.chunk is not None:
@@ -382,7 +387,8 @@ class SSPStrategy(ParameterServerStrategy):
         stats["staleness_sum"] += info.staleness
         stats["staleness_max"] = max(stats["staleness_max"], info.staleness)
         stats["max_gap"] = max(stats["max_gap"], info.max_gap)
-        self._load_flat()
+        if not loaded:
+            self._load_flat()
 
     def _pull_at_sync(self) -> None:
         self._settle()

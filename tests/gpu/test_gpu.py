@@ -66,6 +66,16 @@ def test_ssp_staleness_zero_with_two_workers_on_one_gpu_equals_one_process(tmp_p
     assert_params_equal(workers[0], single_process_reference, **CROSS)
 
 
+@pytest.mark.parametrize("servers", ["1", "2"])
+def test_ssp_staleness_zero_with_the_server_on_the_gpu_equals_one_process(tmp_path, single_process_reference, servers):
+    """``server_device="cuda"``: the parameters and the optimizer on the GPU, one server or two shards."""
+    run_train_script(tmp_path, "--strategy", "ssp", "--staleness", "0", *SHARED, "--batch-size", "16",
+                     "--server-device", "cuda", "--servers", servers)
+    workers = [load(tmp_path / f"rank{r}.pt") for r in (0, 1)]
+    assert_params_equal(workers[0], workers[1], rtol=0, atol=0)
+    assert_params_equal(workers[0], single_process_reference, **CROSS)
+
+
 def test_allreduce_asgd_delay_zero_with_two_processes_on_one_gpu_equals_one_process(tmp_path, single_process_reference):
     run_train_script(tmp_path, "--strategy", "asgd", "--delay", "0", *SHARED, "--batch-size", "16")
     assert_params_equal(load(tmp_path / "rank0.pt"), single_process_reference, **CROSS)
