@@ -38,7 +38,8 @@ def test_auto_servers_follows_the_model_size_and_the_free_cores():
     assert auto_servers(61_706, workers_on_host=2, cores=16) == 1
     assert auto_servers(33_600_000, workers_on_host=2, cores=16) == 33_600_000 // AUTO_MIN_PARAMS_PER_SHARD
     assert auto_servers(33_600_000, workers_on_host=8, cores=16) == 8
-    assert auto_servers(33_600_000, workers_on_host=2, cores=2) == 1  # no core left: one server
+    assert auto_servers(33_600_000, workers_on_host=2, cores=2) == 2  # no core left: two still use both
+    assert auto_servers(6_000_000, workers_on_host=2, cores=2) == 1
 
 
 def test_the_optimizers_shards_step_as_the_whole_and_merge_back_into_its_state():
