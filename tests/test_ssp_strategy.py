@@ -57,20 +57,25 @@ def test_straggler_gap_bound_and_every_sample_once(tmp_path, sync):
 
 
 @pytest.mark.multiprocess
+@pytest.mark.parametrize("patience, ratio", [("1.0", 2.5), ("0", 3.0)])
 @pytest.mark.parametrize("slow_by", ["callback", "data"])
-def test_fast_worker_runs_ahead_of_a_worker_slow_outside_its_compute(tmp_path, slow_by):
+def test_fast_worker_runs_ahead_of_a_worker_slow_outside_its_compute(tmp_path, slow_by, patience, ratio):
     """Worker 1 is four times slower in a user's callback after each step, or in its dataset's reads
-    (where no strategy times it): with the default update rule and step wait, the fast worker still
-    trains at least three times as many batches in the epoch (waiting for its peer's push never
-    lengthens the cycle that decides how long it may wait). Staleness 4: the delay rule lets the
-    fast worker complete at most ``staleness`` iterations per iteration of the slowest (it then
-    waits for the global sync), so the default 3 would cap the ratio at exactly 3."""
-    run_train_script(tmp_path, "--strategy", "ssp", "--staleness", "4", "--samples", "1024", "--batch-size", "16",
-                     "--epochs", "1", "--sample-sleep", "0.004", "--slow-rank", "1", "--slow-by", slow_by,
-                     "--slow-per-sample", "0.013")  # 4 ms per sample, 13 more on worker 1: 4x with the step's overhead
+    (where no strategy times it), and the fast worker runs ahead: at least 3x the slow one's
+    batches in the epoch without the step wait, 2.5x with the default one (waiting for its peer's
+    push never lengthens the cycle that decides how long it may wait). What the step wait costs is
+    its purpose: a push whose step the slow peer is about to complete waits up to one cycle for it,
+    about once per slow iteration, so the fast worker reads parameters with the slow worker's
+    gradient in (measured 47 to 17 batches with it, 49-50 to 14-15 without; the straggler grid in
+    recipes/zhang2017_delay_sync found it pays in time to accuracy). Staleness 12: under the delay
+    rule the fast worker may only get ``staleness`` iterations ahead between global syncs, which
+    with a small bound caps the ratio itself (staleness 4: about 2.5)."""
+    run_train_script(tmp_path, "--strategy", "ssp", "--staleness", "12", "--samples", "1024", "--batch-size", "16",
+                     "--epochs", "1", "--sample-sleep", "0.008", "--slow-rank", "1", "--slow-by", slow_by,
+                     "--slow-per-sample", "0.024", "--step-patience", patience)  # 8 ms per sample, 24 more on worker 1
     (epoch,) = json.loads((tmp_path / "ssp_history.json").read_text())
     fast, slow = epoch[0]["iterations"], epoch[1]["iterations"]
-    assert fast + slow == 1024 // 16 and fast >= 3 * slow, epoch
+    assert fast + slow == 1024 // 16 and fast >= ratio * slow, epoch
 
 
 def test_lightning_features_work_under_ssp(tmp_path):

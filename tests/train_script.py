@@ -274,6 +274,7 @@ def main() -> None:
     parser.add_argument("--transport", default="auto", help="parameter-server strategies: auto | channel")
     parser.add_argument("--wire-dtype", default="fp32", help="parameter-server strategies: fp32 | bf16")
     parser.add_argument("--server-device", default="cpu", help="parameter-server strategies: server_device")
+    parser.add_argument("--step-patience", type=float, default=1.0, help="SSPStrategy step_patience")
     parser.add_argument("--servers", default="1", help="parameter-server strategies: server shards (a number, or auto)")
     parser.add_argument("--kill-shard", type=int, default=0, help="with --kill-server-step: which server shard")
     parser.add_argument("--bf16-initial", action="store_true", help="start from parameters rounded to bf16")
@@ -288,6 +289,7 @@ def main() -> None:
         strategy = SSPStrategy(staleness=args.staleness, sync=args.sync, timeout=args.timeout,
                                on_worker_failure=args.on_worker_failure, transport=args.transport,
                                wire_dtype=args.wire_dtype, servers=servers, server_device=args.server_device,
+                               step_patience=args.step_patience,
                                **shared)
     elif strategy == "cneural":
         strategy = CNeuralStrategy(timeout=args.timeout, on_worker_failure=args.on_worker_failure,
