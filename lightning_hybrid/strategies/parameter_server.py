@@ -102,10 +102,11 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
         servers: server processes, each holding a contiguous shard of the parameters (balanced
             by bytes) and doing its part of every push at once
             (:mod:`~lightning_hybrid.parameter_server.sharding`, which says what the shards agree
-            on). ``1`` (default): one server. ``"auto"``: one per
-            :data:`~lightning_hybrid.parameter_server.sharding.AUTO_MIN_PARAMS_PER_SHARD` parameters,
-            no more than the cores the workers on rank 0's host leave free. Every shard is one
-            more process beside the workers.
+            on). ``"auto"`` (default): one per
+            :data:`~lightning_hybrid.parameter_server.sharding.AUTO_MIN_PARAMS_PER_SHARD` parameters
+            (one server below 8 M), no more than the cores the workers on rank 0's host leave free
+            or two; one with ``on_worker_failure="continue"``. ``k``: ``k`` servers. Every shard is
+            one more process beside the workers.
         server_device: where the server keeps the parameters and the optimizer's state and
             takes its steps: ``"cpu"`` (default), ``"cuda"`` / ``"cuda:N"``, or ``"auto"`` (the
             device of rank 0's model: a GPU when the workers train on GPUs). Gradients and
@@ -135,14 +136,14 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
         on_worker_failure: str = "stop",
         transport: str = "auto",
         wire_dtype: str = "fp32",
-        servers: int | str = 1,
+        servers: int | str = "auto",
         server_device: str = "cpu",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         if servers != "auto" and (isinstance(servers, bool) or not isinstance(servers, int) or servers < 1):
             raise ValueError(f"servers must be a positive number of server processes or 'auto', got {servers!r}")
-        if servers != 1 and on_worker_failure == "continue":
+        if servers not in (1, "auto") and on_worker_failure == "continue":
             raise ValueError(
                 "on_worker_failure='continue' works with one parameter server only (each shard would re-deal a lost "
                 f"worker's batches and regroup on its own); got servers={servers!r}. Use servers=1, or "
@@ -280,6 +281,8 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
         """``servers``, with ``"auto"`` decided on rank 0 (its host's free cores) for every rank."""
         if self.servers != "auto":
             return self.servers
+        if self.on_worker_failure == "continue":  # one server re-deals a lost worker's batches
+            return 1
         mine = auto_servers(self._flat.numel(), self.num_processes) if self.global_rank == 0 else None
         return broadcast_object(mine, src=0)
 
