@@ -131,6 +131,10 @@ class Payload:
         self.offset += _padded(nbytes)
         return piece
 
+    def text(self, nbytes: int) -> str:
+        """The next ``nbytes`` of the payload as UTF-8 text (see :func:`text_payload`)."""
+        return bytes(self.take(torch.uint8, nbytes).tolist()).decode()
+
     def bulk(self, count: int) -> torch.Tensor:
         """The message's vector of the model's size (``count`` values of the wire's dtype)."""
         if self.shared is None:
@@ -265,6 +269,11 @@ class Inbox:
     def send(self, message: Message, worker: int, payloads: Sequence[torch.Tensor] = (),
              bulk: Bulk | None = None) -> None:
         self.mailboxes[worker].send(message, worker + 1, payloads, reply=True, bulk=bulk)
+
+
+def text_payload(text: str) -> torch.Tensor:
+    """``text`` as a uint8 payload tensor (its length is the message's ``nbytes``; :meth:`Payload.text` reads it)."""
+    return torch.frombuffer(bytearray(text.encode()), dtype=torch.uint8)
 
 
 def to_bytes(obj: Any) -> torch.Tensor:

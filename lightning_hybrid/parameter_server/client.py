@@ -52,7 +52,7 @@ class ParameterServerClient:
         self._payload: channel.Payload | None = None  # the last reply's
 
     def _request(self, request: Message, expected: type[Message], payloads: Sequence[torch.Tensor] = (),
-                 bulk: torch.Tensor | None = None) -> Any:
+                 bulk: channel.Bulk | None = None) -> Any:
         self._send(request, payloads, bulk)
         return self._answer(request, expected)
 
@@ -62,7 +62,7 @@ class ParameterServerClient:
             "server died, or a worker it waits for died or stalled past the timeout; see the other processes' errors."
         )
 
-    def _send(self, request: Message, payloads: Sequence[torch.Tensor] = (), bulk: torch.Tensor | None = None) -> None:
+    def _send(self, request: Message, payloads: Sequence[torch.Tensor] = (), bulk: channel.Bulk | None = None) -> None:
         try:
             self.mailbox.send(request, 0, payloads, bulk=bulk)
         except RuntimeError as err:
@@ -75,7 +75,7 @@ class ParameterServerClient:
         except RuntimeError as err:
             raise self._lost(request, err) from err
         if isinstance(reply, Refused):
-            text = bytes(self._take(torch.uint8, reply.nbytes).tolist()).decode()
+            text = self._payload.text(reply.nbytes)
             raise RuntimeError(f"{self.server_name} refused {type(request).__name__.upper()} from worker {self.worker}: {text}")
         if not isinstance(reply, expected):
             raise RuntimeError(f"the {self.server_name} answered {type(request).__name__} with {type(reply).__name__}")
@@ -107,7 +107,7 @@ class ParameterServerClient:
             )
             return "channel"
         try:
-            name = torch.frombuffer(bytearray(segment.name.encode()), dtype=torch.uint8)
+            name = channel.text_payload(segment.name)
             reply = self._request(Attach(region_bytes, name.numel()), Attached, [name])
         finally:
             segment.unlink()  # mapped by both sides now, or by none: the name is no longer needed
@@ -115,7 +115,7 @@ class ParameterServerClient:
             self.mailbox.segment = segment
             return "shared_memory"
         if reply.status != NOT_ON_THIS_HOST:
-            text = bytes(self._take(torch.uint8, reply.nbytes).tolist()).decode()
+            text = self._payload.text(reply.nbytes)
             log.warning("worker %d: the parameter server could not map shared memory (%s): using the side channel",
                         self.worker, text)
         return "channel"

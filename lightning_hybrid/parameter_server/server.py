@@ -137,7 +137,7 @@ class ParameterServer:
             self._broken[worker] = err  # lost once the request being handled is done
 
     def _refuse(self, worker: int, text: str) -> None:
-        data = torch.frombuffer(bytearray(text.encode()), dtype=torch.uint8)
+        data = channel.text_payload(text)
         self._reply(worker, Refused(data.numel()), data)
 
     def _send_params(self, worker: int, with_chunk: bool) -> None:
@@ -211,14 +211,14 @@ class ParameterServer:
         self._reply(worker, Initialized(flat_params.numel()))
 
     def handle_attach(self, worker: int, request: Attach, payload: Payload) -> None:
-        name = bytes(payload.take(torch.uint8, request.name_len).tolist()).decode()
+        name = payload.text(request.name_len)
         try:
             segment = SharedSegment.attach(name, request.region_bytes)
         except FileNotFoundError:  # another host (or another /dev/shm): the channel carries its bulk
             self._reply(worker, Attached(NOT_ON_THIS_HOST))
             return
         except (OSError, ValueError) as err:
-            text = torch.frombuffer(bytearray(f"{type(err).__name__}: {err}".encode()), dtype=torch.uint8)
+            text = channel.text_payload(f"{type(err).__name__}: {err}")
             self._reply(worker, Attached(ATTACH_FAILED, text.numel()), text)
             return
         self.inbox.attach(worker, segment)

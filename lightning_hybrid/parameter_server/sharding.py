@@ -136,6 +136,8 @@ class ShardedClient:
             raise ValueError(f"{plan.shards} shards planned, {len(clients)} clients given")
         self.clients, self.plan = list(clients), plan
         self.worker = clients[0].worker
+        #: After :meth:`shutdown`: each shard's load.
+        self.shard_loads: list[ServerLoad] = []
         # the shards' versions in each reply, by shard 0's (the version the strategy sees), for read_version
         self._versions: OrderedDict[int, list[int]] = OrderedDict()
 
