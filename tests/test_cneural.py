@@ -289,3 +289,17 @@ def test_a_step_is_a_pass(tmp_path):
     result = torch.load(tmp_path / "rank0.pt", weights_only=False)
     for name, value in net.state_dict().items():
         torch.testing.assert_close(result[f"net.{name}"], value, rtol=1e-5, atol=1e-6, msg=name)
+
+
+@pytest.mark.multiprocess
+def test_two_server_shards_take_the_same_passes_as_one_server(tmp_path, tmp_path_factory):
+    """``servers=2``: each shard averages its slice of every worker's pass sum, exactly as one server
+    does for the whole vector (a pass is one bulk-synchronous round)."""
+    setting = ("--strategy", "cneural", "--epochs", "2", "--lr", "0.5", "--samples", "256")
+    run_train_script(tmp_path, *setting, "--servers", "2")
+    assert (tmp_path / "pid_server1").exists(), "a second server shard was started"
+    reference = shared_train_script(tmp_path_factory, *setting)
+    for rank in (0, 1):
+        final, expected = torch.load(tmp_path / f"rank{rank}.pt"), torch.load(reference / "rank0.pt")
+        for name, value in expected.items():
+            torch.testing.assert_close(final[name], value, rtol=0, atol=0, msg=name)
