@@ -5,15 +5,14 @@
 reads the run's composed config (``.hydra/config.yaml``) and checkpoint, preprocesses the volume
 as the run's datamodule does for evaluation, and writes the preprocessed volume and the Grad-CAM
 map as NIfTI files with the same affine (so any viewer overlays them on each other and on the
-original scan), plus a PNG of three orthogonal slices through the map's maximum.
+original scan), plus a PNG of three orthogonal slices through the map's maximum, the map in colour over the
+anatomy with a colour bar (matplotlib, the ``plots`` extra).
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-import struct
-import zlib
 from pathlib import Path
 
 import numpy as np
@@ -57,36 +56,33 @@ def grad_cam(net: nn.Module, volume: torch.Tensor, target_class: int, layer: str
     return heatmap[0, 0].detach().cpu().numpy().astype(np.float32)
 
 
-def write_png(path: Path, rgb: np.ndarray) -> None:
-    """Write an H x W x 3 uint8 array as a PNG (no imaging library needed)."""
-    height, width, _ = rgb.shape
-    raw = b"".join(b"\x00" + rgb[y].tobytes() for y in range(height))
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
-
-    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
-
-
-def overlay_slices(volume: np.ndarray, heatmap: np.ndarray) -> np.ndarray:
-    """Three orthogonal slices through the heatmap's maximum, side by side: grey anatomy, red map."""
+def slices_through_peak(volume: np.ndarray, heatmap: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Three orthogonal slices through the heatmap's maximum (sagittal, coronal, axial for a RAS
+    volume), each ``(anatomy, heatmap)``, rotated for display."""
     center = np.unravel_index(int(np.argmax(heatmap)), heatmap.shape)
+    return [(np.rot90(np.take(volume, center[axis], axis=axis)), np.rot90(np.take(heatmap, center[axis], axis=axis)))
+            for axis in range(3)]
+
+
+def save_overlay(path: Path, volume: np.ndarray, heatmap: np.ndarray, title: str) -> None:
+    """A PNG of :func:`slices_through_peak`: the anatomy in grey (1st-99th percentile), the map over it
+    in colour, and a colour bar of the map's values (matplotlib: ``pip install "lightning-hybrid[plots]"``)."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display needed
+    import matplotlib.pyplot as plt
+
     lo, hi = np.percentile(volume, [1, 99])
-    grey = np.clip((volume - lo) / max(hi - lo, 1e-6), 0, 1)
-    panels = []
-    for axis in range(3):
-        g = np.rot90(np.take(grey, center[axis], axis=axis))
-        h = np.rot90(np.take(heatmap, center[axis], axis=axis))
-        rgb = np.stack([g, g, g], axis=-1) * (1 - 0.5 * h[..., None])
-        rgb[..., 0] += 0.5 * h
-        panels.append(rgb)
-    height = max(p.shape[0] for p in panels)
-    panels = [np.pad(p, ((0, height - p.shape[0]), (0, 2), (0, 0))) for p in panels]
-    image = np.concatenate(panels, axis=1)
-    scale = max(1, 192 // height)  # small volumes: enlarge (nearest neighbour) to be legible
-    image = image.repeat(scale, axis=0).repeat(scale, axis=1)
-    return (np.clip(image, 0, 1) * 255).astype(np.uint8)
+    figure, axes = plt.subplots(1, 3, figsize=(10, 3.6), layout="constrained")
+    for ax, (anatomy, cam), name in zip(axes, slices_through_peak(volume, heatmap), ("sagittal", "coronal", "axial")):
+        ax.imshow(anatomy, cmap="gray", vmin=lo, vmax=hi, interpolation="nearest")
+        shown = ax.imshow(cam, cmap="inferno", alpha=0.45, vmin=0.0, vmax=1.0, interpolation="nearest")
+        ax.set_title(name)
+        ax.axis("off")
+    figure.colorbar(shown, ax=axes, shrink=0.8, label="Grad-CAM (0-1)")
+    figure.suptitle(title)
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
 
 
 def explain_run(run_dir: Path, image: Path, target_class: int, out: Path, checkpoint: Path | None, layer: str | None) -> dict:
@@ -118,7 +114,11 @@ def explain_run(run_dir: Path, image: Path, target_class: int, out: Path, checkp
     }
     nib.save(nib.Nifti1Image(volume[0, 0].numpy().astype(np.float32), affine), files["volume"])
     nib.save(nib.Nifti1Image(heatmap, affine), files["gradcam"])
-    write_png(files["png"], overlay_slices(volume[0, 0].numpy(), heatmap))
+    try:
+        save_overlay(files["png"], volume[0, 0].numpy(), heatmap, f"{stem}: Grad-CAM of class {target_class} at {layer or 'the last conv block'}")
+    except ImportError:
+        log.warning('no PNG: matplotlib is not installed (pip install "lightning-hybrid[plots]"); the NIfTI files are written')
+        del files["png"]
     return files
 
 

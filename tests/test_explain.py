@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import struct
-import zlib
-
 import nibabel as nib
 import numpy as np
+import pytest
 import torch
 
 from conftest import Zygote, clean_env, run_cli
-from lightning_hybrid.explain import default_layer, grad_cam, overlay_slices, write_png
+from lightning_hybrid.explain import default_layer, grad_cam, save_overlay, slices_through_peak
 from lightning_hybrid.models import ResAttNet3D
 
 
@@ -25,17 +23,23 @@ def test_grad_cam_map_has_the_input_shape_and_is_not_constant():
     assert heatmap.std() > 0.01 and 0.0 <= heatmap.min() and heatmap.max() <= 1.0
 
 
-def test_png_is_valid(tmp_path):
-    image = overlay_slices(np.random.rand(20, 24, 20).astype(np.float32), np.random.rand(20, 24, 20).astype(np.float32))
+def test_the_slices_go_through_the_maps_peak_and_the_png_shows_the_map_in_colour(tmp_path):
+    pytest.importorskip("matplotlib", reason="the PNG needs matplotlib (the plots extra)")
+    import matplotlib.image
+
+    volume = np.random.rand(20, 24, 18).astype(np.float32)
+    heatmap = np.zeros_like(volume)
+    heatmap[5, 7, 9] = 1.0
+    slices = slices_through_peak(volume, heatmap)
+    assert [cam.max() for _, cam in slices] == [1.0, 1.0, 1.0]  # every slice holds the peak
+    assert [a.shape for a, _ in slices] == [(18, 24), (18, 20), (24, 20)]  # np.rot90 of the slices
     path = tmp_path / "x.png"
-    write_png(path, image)
-    data = path.read_bytes()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n"
-    width, height = struct.unpack(">II", data[16:24])
-    assert (height, width) == image.shape[:2]
-    idat_len = struct.unpack(">I", data[33:37])[0]
-    raw = zlib.decompress(data[41 : 41 + idat_len])
-    assert len(raw) == height * (1 + 3 * width)
+    save_overlay(path, volume, heatmap, "test")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    image = matplotlib.image.imread(path)[..., :3]
+    assert image.shape[0] > 200 and image.shape[1] > 500
+    colourful = np.abs(image[..., 0] - image[..., 2]) > 0.3  # the colour map's hues, not the grey anatomy
+    assert colourful.mean() > 0.001, "no coloured pixel: the map (or its colour bar) is missing"
 
 
 def test_explain_command_end_to_end(tmp_path):
