@@ -192,6 +192,35 @@ def test_plan_command_prints_every_method(capsys):
         plan_command(["devics=[1,2]"])
 
 
+def test_plan_draws_the_placements_and_the_pipeline_timeline(tmp_path):
+    pytest.importorskip("matplotlib", reason="the figure needs matplotlib (the plots extra)")
+    import matplotlib.image
+
+    from lightning_hybrid.cli.plan import plan_command
+
+    path = tmp_path / "plan.png"
+    text = plan_command(["model=lenet5", "devices=[1,2]", "batch=2", f"figure={path}"])
+    assert f"figure: {path}" in text
+    image = matplotlib.image.imread(path)
+    assert image.shape[0] > 200 and image.shape[1] > 800
+
+
+@pytest.mark.parametrize("schedule", ["GPipe", "1F1B"])
+def test_the_timeline_of_equal_stages_takes_the_pipeline_bound(schedule):
+    """Equal stages, ``m`` micro-batches on ``s`` stages: (m + s - 1) forward and (m + s - 1) backward
+    slots, for GPipe and 1F1B alike; every action once; a stage never runs two at a time."""
+    from lightning_hybrid.cli.plan_figure import timeline
+
+    stages, micro_batches = 3, 4
+    runs = timeline([12.0] * stages, micro_batches, schedule)  # per micro-batch: forward 1 s, backward 2 s
+    assert max(end for stage in runs for _, _, end in stage) == pytest.approx((micro_batches + stages - 1) * (1 + 2))
+    for stage in runs:
+        assert sorted(str(a) for a, _, _ in stage) == sorted([f"F{m}" for m in range(4)] + [f"B{m}" for m in range(4)])
+        assert all(end <= next_start + 1e-9 for (_, _, end), (_, next_start, _) in zip(stage, stage[1:]))
+    two_steps = timeline([12.0] * stages, micro_batches, schedule, steps=2)
+    assert len(two_steps[0]) == 2 * 2 * micro_batches
+
+
 def test_partitioned_inference_tests_a_trained_checkpoint_through_the_cli(tmp_path):
     """fit=false + ckpt_path: the test set through two ranks of unequal ability gives the single-process
     test metrics."""

@@ -9,10 +9,14 @@ of ``{speed, memory, bandwidth}`` mappings (one per stage; YAML syntax); ``input
 ``stages`` fewer stages than devices; ``methods`` a subset; ``seed``; ``objective``;
 ``measure_time`` to time each block on this machine (the ``time`` method uses it); ``speeds_in``
 says what the device speeds are (:mod:`lightning_hybrid.devices`): ``flops`` (default) relative
-speeds, turned into FLOP/s with this machine's probed FLOP/s as speed 1, or ``raw`` FLOP/s.
+speeds, turned into FLOP/s with this machine's probed FLOP/s as speed 1, or ``raw`` FLOP/s;
+``figure=PATH`` also draws the placements and the best one's pipeline timeline into a PNG
+(:mod:`lightning_hybrid.cli.plan_figure`; matplotlib, the ``plots`` extra).
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import torch
 import yaml
@@ -24,7 +28,7 @@ from lightning_hybrid.placement.cost import profile_blocks
 from lightning_hybrid.placement.plan import METHODS, compare, format_comparison
 
 OPTIONS = {"devices": "[1,2]", "input": "[1,28,28]", "batch": "4", "stages": "null", "methods": None, "seed": "0",
-           "objective": "bottleneck", "measure_time": "false", "speeds_in": "flops"}
+           "objective": "bottleneck", "measure_time": "false", "speeds_in": "flops", "figure": None}
 SPEEDS_IN = {"flops": "relative", "raw": "flop/s"}
 """``speeds_in`` values and the unit (:data:`lightning_hybrid.devices.SPEED_UNITS`) of the speeds given."""
 
@@ -59,5 +63,10 @@ def plan_command(argv: list[str]) -> str:
               f"(forward + backward, batch {parsed['batch']}), devices "
               + ", ".join(f"{d.name} {d.speed / 1e9:.2f} GFLOP/s" for d in devices))
     text = header + "\n\n" + table
+    if parsed["figure"]:
+        from lightning_hybrid.cli.plan_figure import draw
+
+        draw(Path(str(parsed["figure"])), devices, results)
+        text += f"\n\nfigure: {parsed['figure']}"
     print(text)
     return text
