@@ -33,9 +33,9 @@ def test_a_segment_is_shared_and_leaves_no_name_behind():
     mine.unlink()  # the creator's unlink after the attach is harmless
     mine.write("requests", torch.arange(5.0))
     theirs.write("replies", torch.tensor([1.5, -2.0]), dtype=torch.bfloat16)
-    assert theirs.read("requests", torch.float32, 5).tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
-    assert mine.read("replies", torch.bfloat16, 2).tolist() == [1.5, -2.0]
-    assert mine.read("requests", torch.float32, 5).tolist() == [0.0, 1.0, 2.0, 3.0, 4.0], "the regions do not overlap"
+    assert theirs.view("requests", torch.float32, 5).tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
+    assert mine.view("replies", torch.bfloat16, 2).tolist() == [1.5, -2.0]
+    assert mine.view("requests", torch.float32, 5).tolist() == [0.0, 1.0, 2.0, 3.0, 4.0], "the regions do not overlap"
     with pytest.raises(ValueError, match="6 values of torch.float32 need 24 bytes; the region 'requests' has 20"):
         mine.write("requests", torch.zeros(6))
     assert our_segments(os.getpid()) == []

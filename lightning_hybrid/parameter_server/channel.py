@@ -140,7 +140,7 @@ class Payload:
         if self.shared is None:
             return self.take(self.bulk_dtype, count)
         segment, region = self.shared
-        return segment.read(region, self.bulk_dtype, count)
+        return segment.view(region, self.bulk_dtype, count)
 
 
 class Mailbox:

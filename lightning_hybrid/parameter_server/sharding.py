@@ -36,6 +36,8 @@ Example::
 from __future__ import annotations
 
 import copy
+import functools
+import operator
 import os
 from collections import OrderedDict, defaultdict
 from collections.abc import Sequence
@@ -200,7 +202,4 @@ class ShardedClient:
 
 
 def _and(masks) -> int:
-    result = -1
-    for mask in masks:
-        result &= mask
-    return result
+    return functools.reduce(operator.and_, masks, -1)

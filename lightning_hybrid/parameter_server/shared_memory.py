@@ -21,7 +21,7 @@ Example::
     >>> mine = SharedSegment.create(region_bytes=16)
     >>> theirs = SharedSegment.attach(mine.name, region_bytes=16)
     >>> mine.write("requests", torch.arange(4.0))
-    >>> theirs.read("requests", torch.float32, 4)
+    >>> theirs.view("requests", torch.float32, 4)
     tensor([0., 1., 2., 3.])
     >>> mine.unlink()
 """
@@ -112,12 +112,9 @@ class SharedSegment:
         count = tensor.numel()
         self.view(region, dtype, count).copy_(tensor.detach().reshape(-1))
 
-    def read(self, region: str, dtype: torch.dtype, count: int) -> torch.Tensor:
-        """The first ``count`` values of ``region`` as ``dtype`` (a view: valid until the other side
-        writes the region again, which the protocol says when)."""
-        return self.view(region, dtype, count)
-
     def view(self, region: str, dtype: torch.dtype, count: int) -> torch.Tensor:
+        """The first ``count`` values of ``region`` as ``dtype``, to read or to write in place (read:
+        valid until the other side writes the region again, which the protocol says when)."""
         nbytes = count * torch.empty((), dtype=dtype).element_size()
         if nbytes > self.region_bytes:
             raise ValueError(f"{count} values of {dtype} need {nbytes} bytes; the region {region!r} has {self.region_bytes}")
