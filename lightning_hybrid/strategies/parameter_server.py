@@ -150,11 +150,10 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
                 "on_worker_failure='stop'."
             )
         self.servers = servers
-        if server_device != "auto":
-            check_server_device(server_device)
         self.server_device = server_device
-        if server_device != "auto":
-            self._resolved_server_device()  # a missing CUDA device is an error now, before any process starts
+        if server_device != "auto":  # a bad name or a missing CUDA device is an error now, before any process starts
+            check_server_device(server_device)
+            self._resolved_server_device()
         if transport not in TRANSPORTS:
             raise ValueError(
                 f"transport must be 'auto' (shared memory with a server on the same host, else the side channel) or "
@@ -181,8 +180,7 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
         self.communication_wait_s = 0.0
         #: Global rank 0, after fitting: what the server did and how busy it was (its ``Bye``).
         self.server_load: ServerLoad | None = None
-        self._server: subprocess.Popen | ForkedProcess | None = None  # shard 0's
-        self._servers: list[subprocess.Popen | ForkedProcess] = []  # every shard's
+        self._servers: list[subprocess.Popen | ForkedProcess] = []  # the server processes, shard 0 first
         self._standby_server: Standby | None = None  # fork_ranks: the server process, forked at launch
         self._params: list[torch.Tensor] = []
         self._flat: torch.Tensor | None = None
@@ -290,6 +288,7 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
         env = self.cluster_environment
         servers = self._server_count()
         plan = plan_shards([p.numel() for p in self._params], servers)
+        server_device = self._resolved_server_device()
         self._channel_prefix = f"lightning_hybrid/ps/{next(_SESSIONS)}/"
         shards = [
             ServerSettings(
@@ -299,7 +298,7 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
                 max_steps=max(self.max_steps - self._steps_before, 1) if self.max_steps > 0 else -1,
                 on_worker_failure=self.on_worker_failure, batch_mode=self.batch_mode,
                 num_params=stop - start, wire_dtype=self.wire_dtype, shard=i, shards=servers,
-                server_device=self._resolved_server_device(), **self._update_rule(),
+                server_device=server_device, **self._update_rule(),
             )
             for i, (start, stop) in enumerate(plan.values)
         ]
@@ -307,7 +306,6 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
             standby, self._standby_server = self._standby_server, None
             self._servers = [start_server(settings) if standby is None or settings.shard else standby.start(settings.to_json())
                              for settings in shards]
-            self._server = self._servers[0]
             if self.process_watch is not None:
                 for settings, process in zip(shards, self._servers):
                     self.process_watch.add(settings.name, None, process)
@@ -497,7 +495,7 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
                 process.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 process.kill()
-        self._servers, self._server = [], None
+        self._servers = []
         return answer
 
     # ------------------------------------------------------------------ Lightning's collectives
