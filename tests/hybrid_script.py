@@ -17,6 +17,7 @@ from pathlib import Path
 import pytorch_lightning as pl
 import torch
 import torch.distributed as dist
+from pytorch_lightning.loggers import TensorBoardLogger
 from torch.utils.data import DataLoader, TensorDataset
 
 from threads import threads_per_process
@@ -100,6 +101,7 @@ def main() -> None:
     parser.add_argument("--plain", action="store_true", help="a plain LightningModule (PlainClassifier)")
     parser.add_argument("--fork-ranks", action="store_true", help="fork_ranks=True")
     parser.add_argument("--every-n-steps", type=int, default=0, help="also checkpoint every N steps into OUT/steps")
+    parser.add_argument("--tensorboard", action="store_true", help="a TensorBoardLogger writing into OUT/tb/version_0")
     args = parser.parse_args()
     torch.set_num_threads(threads_per_process(args.stages * args.dp))
     args.out.mkdir(parents=True, exist_ok=True)
@@ -118,7 +120,7 @@ def main() -> None:
         callbacks.append(HeterogeneitySimulator(slowdown=[float(s) for s in args.slowdown.split(",")]))
     trainer = pl.Trainer(
         accelerator=args.accelerator, devices=args.stages * args.dp // args.processes_per_device, strategy=strategy, max_epochs=args.epochs,
-        logger=False, enable_progress_bar=False, enable_model_summary=False, callbacks=callbacks,
+        logger=TensorBoardLogger(args.out, name="tb", version=0) if args.tensorboard else False, enable_progress_bar=False, enable_model_summary=False, callbacks=callbacks,
         gradient_clip_val=args.clip, accumulate_grad_batches=args.accumulate, deterministic=True,
         precision=args.precision,
     )

@@ -209,7 +209,7 @@ def test_plan_draws_the_placements_and_the_pipeline_timeline(tmp_path):
 def test_the_timeline_of_equal_stages_takes_the_pipeline_bound(schedule):
     """Equal stages, ``m`` micro-batches on ``s`` stages: (m + s - 1) forward and (m + s - 1) backward
     slots, for GPipe and 1F1B alike; every action once; a stage never runs two at a time."""
-    from lightning_hybrid.cli.plan_figure import timeline
+    from lightning_hybrid.placement.figure import timeline
 
     stages, micro_batches = 3, 4
     runs = timeline([12.0] * stages, micro_batches, schedule)  # per micro-batch: forward 1 s, backward 2 s

@@ -66,7 +66,7 @@ def plan_command(argv: list[str]) -> str:
     if parsed["figure"]:
         from lightning_hybrid.cli.plan_figure import draw
 
-        draw(Path(str(parsed["figure"])), devices, results)
+        draw(Path(str(parsed["figure"])), devices, results, block_names=[b.name for b in blocks])
         text += f"\n\nfigure: {parsed['figure']}"
     print(text)
     return text

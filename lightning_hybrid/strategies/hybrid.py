@@ -14,6 +14,7 @@ from typing import Any
 import pytorch_lightning as pl
 import torch
 import torch.distributed as dist
+from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.trainer.states import TrainerFn
 from pytorch_lightning.utilities.rank_zero import rank_zero_warn
 
@@ -25,6 +26,7 @@ from lightning_hybrid.devices import Device, devices_from_config, devices_in_flo
 from lightning_hybrid.pipeline import Mesh, PipelineParallel, StageModule, pipeline_blocks, pipeline_inputs, pipeline_loss
 from lightning_hybrid.pipeline.schedules import SCHEDULES
 from lightning_hybrid.placement import METHODS, Placement, plan, profile_blocks
+from lightning_hybrid.placement.figure import format_placement, placement_figure
 from lightning_hybrid.placement.problem import Problem
 from lightning_hybrid.strategies import common
 
@@ -53,6 +55,11 @@ class HybridParallelStrategy(common.RoutedEvaluation, common.UnwrappedDDPStrateg
     saving), so they load into a single-device model. Validation, test and predict run through the
     pipeline (the module's ``forward`` calls the block sequence, which the strategy routes through
     the stages), and every rank gets the output.
+
+    With a ``TensorBoardLogger`` among the Trainer's loggers, rank 0 logs the placement once planned
+    (tag ``"placement"``, step 0): its stages as text, and as the figure of
+    :func:`lightning_hybrid.placement.figure.placement_figure` (matplotlib, the ``plots`` extra;
+    without it, the text only and a warning).
 
     Args:
         pipeline_stages: stages per pipeline (devices per replica).
@@ -304,7 +311,34 @@ class HybridParallelStrategy(common.RoutedEvaluation, common.UnwrappedDDPStrateg
                     for s, st in enumerate(self.placement.stages)
                 ),
             )
+            self._log_placement(devices, names)
         return self.pipeline
+
+    def _log_placement(self, devices: list[Device], names: list[str]) -> None:
+        """Rank 0, once planned: the placement in use to each of the Trainer's TensorBoard loggers, as
+        text (``add_text``) and as a figure (``add_figure``, tag ``"placement"``, step 0; matplotlib)."""
+        trainer = getattr(self.lightning_module, "_trainer", None)
+        loggers = [lg for lg in (trainer.loggers if trainer is not None else []) if isinstance(lg, TensorBoardLogger)]
+        if not loggers:
+            return
+        ranks = [[self.mesh.stage_rank(r, s) for r in range(self.data_parallel)] for s in range(self.pipeline_stages)]
+        # stage times are per micro-batch: the blocks were profiled on one micro-batch of the first batch
+        drawn = dict(placement=self.placement, devices=devices, block_names=names, ranks=ranks, time_unit="micro-batch")
+        text = format_placement(**drawn)
+        text += f"\n\n{self.schedule_name} schedule, {self.micro_batches} micro-batches per batch, {self.data_parallel} replica(s)"
+        try:
+            figure = placement_figure(**drawn, micro_batches=self.micro_batches, schedule=self.schedule_name)
+        except ImportError:
+            figure = None
+            rank_zero_warn(
+                'HybridParallelStrategy logs its placement to TensorBoard as text only: matplotlib is not installed; '
+                '`pip install "lightning-hybrid[plots]"` draws the placement figure too.',
+                category=UserWarning,
+            )
+        for i, logger in enumerate(loggers):
+            logger.experiment.add_text("placement", text, global_step=0)
+            if figure is not None:  # closed once the last logger has it
+                logger.experiment.add_figure("placement", figure, global_step=0, close=i == len(loggers) - 1)
 
     @property
     def stage_module(self) -> StageModule | None:
