@@ -33,11 +33,12 @@ table is printed. With `--batches-per-epoch` short epochs, accuracy is measured 
         --scenario "none:sim=default" --scenario "persistent:sim.slowdown=[1.0,4.0]"   # scenarios by hand
 
 Writes, per scenario, to --out (benchmarks/results/ by default): time_to_accuracy_<scenario>.csv
-(every epoch of every run), .png (accuracy against wall-clock time and against epochs, seed 0, with
-matplotlib) and .md (the tables: time to each target, and the mean test accuracy after each epoch,
+(every epoch of every run), .png (accuracy against wall-clock time and against epochs, every contender
+and seed on one figure, with matplotlib) and .md (the tables: time to each target, and the mean test accuracy after each epoch,
 which says how much an epoch of each contender is worth with less noise than a crossing time; pass
 --no-early-stop and several seeds for it); the grid's summary (speed-up of every contender in every
-scenario) in time_to_accuracy_grid_<model>.md.
+scenario) in time_to_accuracy_grid_<model>.md and as bars in .png. `--plot-table FILE.md` redraws such a
+summary table kept elsewhere (a recipe's) as bars, without running anything.
 """
 
 from __future__ import annotations
@@ -226,17 +227,23 @@ def write_outputs(scenario: str, results: dict[str, list[list[dict[str, float]]]
         import matplotlib.pyplot as plt
 
         fig, (by_time, by_epoch) = plt.subplots(1, 2, figsize=(11, 4.5), sharey=True)
-        for name, curves in results.items():
-            accuracy = [e["val_acc"] for e in curves[0]]
-            by_time.plot([e["elapsed_s"] for e in curves[0]], accuracy, marker="o", label=name)
-            by_epoch.plot([e["epoch"] + 1 for e in curves[0]], accuracy, marker="o", label=name)
+        for i, (name, curves) in enumerate(results.items()):
+            colour = f"C{i}"
+            for k, curve in enumerate(curves):  # every seed; the first drawn bold and labelled
+                style = dict(color=colour, marker="o", markersize=3 if k else 4, linewidth=1.8 if k == 0 else 0.8,
+                             alpha=1.0 if k == 0 else 0.45, label=name if k == 0 else None)
+                accuracy = [e["val_acc"] for e in curve]
+                by_time.plot([e["elapsed_s"] for e in curve], accuracy, **style)
+                by_epoch.plot([e["epoch"] + 1 for e in curve], accuracy, **style)
         for ax in (by_time, by_epoch):
             for target in targets:
                 ax.axhline(target, color="grey", linestyle="--", linewidth=1)
+            ax.set_ylim(max(0.0, min(targets) - 0.06), 1.0)
+            ax.grid(alpha=0.3)
         by_time.set_xlabel("seconds since training started" + (" (validation excluded)" if "training time" in header else ""))
         by_epoch.set_xlabel("epoch")
         by_time.set_ylabel("test accuracy")
-        fig.suptitle(f"time to accuracy: {scenario} (seed {seeds[0]})")
+        fig.suptitle(f"time to accuracy: {scenario} (seeds {', '.join(map(str, seeds))}; seed {seeds[0]} bold)")
         by_epoch.legend(fontsize=8)
         fig.tight_layout()
         fig.savefig(out / f"time_to_accuracy_{scenario}.png", dpi=110)
@@ -374,6 +381,76 @@ def grid_lines(stats: dict[str, dict[str, list[float]]], scenarios: list[Scenari
     return lines
 
 
+def plot_grid(speedups: dict[str, dict[str, float]], out: Path, title: str) -> bool:
+    """The grid's summary as bars: for each scenario, each contender's speed-up against the reference
+    (``speedups[scenario][contender]``; ``nan``: never reached the target, drawn as an empty slot
+    marked with a cross). False when matplotlib is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no plot (pip install matplotlib)", file=sys.stderr)
+        return False
+    scenarios = list(speedups)
+    names = list(next(iter(speedups.values())))
+    width = 0.8 / len(names)
+    fig, ax = plt.subplots(figsize=(max(7.0, 1.1 * len(scenarios) + 2), 4.2))
+    for i, name in enumerate(names):
+        xs = [j + (i - (len(names) - 1) / 2) * width for j in range(len(scenarios))]
+        ys = [speedups[s].get(name, math.nan) for s in scenarios]
+        ax.bar(xs, [y if math.isfinite(y) else 0.0 for y in ys], width, label=name, color=f"C{i}")
+        for x, y in zip(xs, ys):
+            if not math.isfinite(y):
+                ax.plot(x, 0.05, marker="x", color=f"C{i}")
+    ax.axhline(1.0, color="black", linewidth=1)
+    ax.set_xticks(range(len(scenarios)), ["\n".join(s.rsplit("_", 1)) for s in scenarios], fontsize=8)
+    ax.set_ylabel(f"speed-up against {names[0]} (time to target)")
+    ax.set_title(title + ("; x: target never reached" if any(not math.isfinite(v) for row in speedups.values()
+                                                            for v in row.values()) else ""), fontsize=10)
+    ax.legend(fontsize=8, ncol=min(4, len(names)))
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def grid_speedups(stats: dict[str, dict[str, dict[str, list[float]]]], names: list[str]) -> dict[str, dict[str, float]]:
+    """Each contender's speed-up against the first in every scenario (median times), ``nan`` if never reached."""
+    speedups = {}
+    for scenario, row in stats.items():
+        ref = statistics.median(row[names[0]]["time"])
+        speedups[scenario] = {name: (ref / statistics.median(row[name]["time"])
+                                     if math.isfinite(statistics.median(row[name]["time"])) and math.isfinite(ref)
+                                     else math.nan) for name in names}
+    return speedups
+
+
+def speedups_from_table(markdown: str) -> dict[str, dict[str, float]]:
+    """The speed-ups of a grid summary table as this script prints it (``| scenario | ddp | ... |``,
+    the reference's cell in seconds, the others as ``1.23x`` or ``not reached``): how a figure is
+    redrawn from a table kept in a recipe."""
+    lines = [line for line in markdown.splitlines() if line.startswith("|")]
+    header = [cell.strip() for cell in lines[0].strip("|").split("|")]
+    names = [name for name in header[1:] if not name.startswith("balanced's limit")]
+    speedups: dict[str, dict[str, float]] = {}
+    for line in lines[2:]:
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        row = {}
+        for name, cell in zip(names, cells[1:]):
+            if cell.endswith(" s"):
+                row[name] = 1.0
+            elif cell.endswith("x"):
+                row[name] = float(cell[:-1])
+            else:
+                row[name] = math.nan
+        speedups[cells[0]] = row
+    return speedups
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-root", default=None, help="MNIST folder; without it, synthetic data")
@@ -408,8 +485,17 @@ def main() -> None:
     parser.add_argument("--extra", default="", help="comma-separated overrides for every run")
     parser.add_argument("--summarize", action="store_true",
                         help="run nothing: rebuild the grid's summary from the CSV files an earlier run wrote to --out")
+    parser.add_argument("--plot-table", type=Path, default=None,
+                        help="run nothing: draw the grid summary table in this markdown file (one table) as bars, "
+                        "to --out/<its name>.png")
+    parser.add_argument("--title", default=None, help="the --plot-table figure's title")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     args = parser.parse_args()
+    if args.plot_table:
+        png = args.out / f"{args.plot_table.stem}.png"
+        if plot_grid(speedups_from_table(args.plot_table.read_text()), png, args.title or args.plot_table.stem):
+            print(f"figure: {png}")
+        return
 
     data = [f"data.root={args.data_root}", "data.val_set=test"] if args.data_root else ["data=synthetic"]
     common = [
@@ -440,6 +526,8 @@ def main() -> None:
         names = list(next(iter(results.values())))
         grid = {name: {c: summarize(curves, target) for c, curves in by.items()} for name, by in results.items()}
         print("\n".join(grid_lines(grid, scenarios, names, target)))
+        plot_grid(grid_speedups(grid, names), args.out / f"time_to_accuracy_grid_{args.model}.png",
+                  f"{args.model}: time to {target:.0%}, speed-up against {names[0]} (medians over seeds)")
         return
     workdir = Path(tempfile.mkdtemp(prefix="lh_tta_"))
     start = time.perf_counter()
@@ -484,6 +572,8 @@ def main() -> None:
                                  for name, ov in contenders), "", *grid_lines(grid, scenarios, names, target)]
             table = "\n".join(lines) + "\n"
             (args.out / f"time_to_accuracy_grid_{args.model}.md").write_text(table)
+            plot_grid(grid_speedups(grid, names), args.out / f"time_to_accuracy_grid_{args.model}.png",
+                      f"{args.model}: time to {target:.0%}, speed-up against {names[0]} (medians of {len(args.seeds)} seeds)")
             print(table, flush=True)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

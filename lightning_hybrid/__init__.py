@@ -1,4 +1,17 @@
-"""lightning-hybrid: PyTorch Lightning strategies for distributed training on heterogeneous hardware."""
+"""lightning-hybrid: PyTorch Lightning strategies for distributed training on heterogeneous hardware.
+
+Pass one of the strategies to a ``pytorch_lightning.Trainer`` (or its alias: ``strategy="ssp"``);
+:class:`ClassifierModule` wraps any classification network for them. ``__version__`` is the
+installed release.
+
+Examples:
+    >>> import importlib.metadata
+    >>> import lightning_hybrid
+    >>> lightning_hybrid.__version__ == importlib.metadata.version("lightning-hybrid")
+    True
+    >>> [name for name in lightning_hybrid.__all__ if name.endswith("Strategy")][:2]
+    ['AllReduceASGDStrategy', 'BalancedDataParallelStrategy']
+"""
 
 from lightning_hybrid.classifier import ClassifierModule
 from lightning_hybrid.strategies import (

@@ -31,13 +31,16 @@ class ClassifierModule(pl.LightningModule):
     Logs ``train/loss``, ``train/acc``, ``val/loss``, ``val/acc``, ``test/loss`` and ``test/acc``;
     ``predict_step`` returns the predicted class of each input.
 
-    Example::
-
+    Examples:
         >>> from functools import partial
         >>> import torch
         >>> from lightning_hybrid import ClassifierModule
         >>> from lightning_hybrid.models import LeNet5
         >>> module = ClassifierModule(LeNet5(), optimizer=partial(torch.optim.Adam, lr=1e-3))
+        >>> module(torch.zeros(2, 1, 28, 28)).shape  # logits
+        torch.Size([2, 10])
+        >>> type(module.configure_optimizers()).__name__
+        'Adam'
         >>> # pl.Trainer(max_epochs=1).fit(module, datamodule=MNISTDataModule("data/mnist"))
     """
 

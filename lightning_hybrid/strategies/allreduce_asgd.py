@@ -62,12 +62,14 @@ class AllReduceASGDStrategy(common.UnwrappedDDPStrategy):
     gradient scaler. A ``delay`` of as many optimizer steps as an epoch has, or more
     (``fast_dev_run``'s one batch), is warned about: every average then waits for the epoch's sync point.
 
-    Example::
-
+    Examples:
         >>> import pytorch_lightning as pl
         >>> from lightning_hybrid import AllReduceASGDStrategy
-        >>> trainer = pl.Trainer(accelerator="cpu", devices=2, strategy=AllReduceASGDStrategy(delay=1))
-        >>> # or pl.Trainer(strategy="allreduce_asgd", devices=2)
+        >>> strategy = AllReduceASGDStrategy(delay=1, compensation="dc")
+        >>> trainer = pl.Trainer(accelerator="cpu", devices=2, strategy=strategy, logger=False)
+        >>> trainer.strategy.delay, trainer.strategy.compensation
+        (1, 'dc')
+        >>> # trainer.fit(model, datamodule=data)        or strategy="allreduce_asgd" / "allreduce_asgd_dc"
     """
 
     strategy_name = "allreduce_asgd"

@@ -122,13 +122,15 @@ class BalancedDataParallelStrategy(common.CheckedDDPStrategy):
     Refused before processes start: manual optimization, speeds that are not positive finite numbers
     or not one per rank, a global batch smaller than the ranks or than ranks x ``min_share``.
 
-    Example::
-
+    Examples:
         >>> import pytorch_lightning as pl
         >>> from lightning_hybrid import BalancedDataParallelStrategy
-        >>> strategy = BalancedDataParallelStrategy(global_batch=128, speeds=[1.0, 3.0])   # 32 and 96 samples
-        >>> trainer = pl.Trainer(accelerator="cpu", devices=2, strategy=strategy)
-        >>> # or pl.Trainer(strategy="balanced", devices=2): speeds measured, rebalanced every 100 steps
+        >>> from lightning_hybrid.balance import apportion
+        >>> strategy = BalancedDataParallelStrategy(global_batch=128, speeds=[1.0, 3.0])
+        >>> trainer = pl.Trainer(accelerator="cpu", devices=2, strategy=strategy, logger=False)
+        >>> apportion(128, [1.0, 3.0])  # each rank's samples of every global batch
+        [32, 96]
+        >>> # trainer.fit(model, datamodule=data)        or strategy="balanced": speeds measured, rebalanced
     """
 
     strategy_name = "balanced"

@@ -73,11 +73,13 @@ class CNeuralStrategy(ParameterServerStrategy):
         timeout, on_worker_failure, process_group_backend, processes_per_device: as for
             :class:`~lightning_hybrid.strategies.parameter_server.ParameterServerStrategy`.
 
-    Example::
-
+    Examples:
         >>> import pytorch_lightning as pl
         >>> from lightning_hybrid import CNeuralStrategy
-        >>> trainer = pl.Trainer(accelerator="cpu", devices=2, strategy=CNeuralStrategy())  # or strategy="cneural"
+        >>> trainer = pl.Trainer(accelerator="cpu", devices=2, strategy=CNeuralStrategy(), logger=False)
+        >>> type(pl.Trainer(accelerator="cpu", devices=2, strategy="cneural", logger=False).strategy).__name__
+        'CNeuralStrategy'
+        >>> # trainer.fit(model, datamodule=ShardDataModule("data/mnist_shards/train", quota="2GiB"), ckpt_path="last")
     """
 
     strategy_name = "cneural"

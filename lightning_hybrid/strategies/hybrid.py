@@ -39,7 +39,8 @@ class HybridParallelStrategy(common.RoutedEvaluation, common.UnwrappedDDPStrateg
     :mod:`lightning_hybrid.pipeline.protocol`) is cut into ``pipeline_stages`` contiguous stages by
     :func:`lightning_hybrid.placement.plan`, which also decides which device (rank of a replica)
     runs which stage. Each training batch is split into ``micro_batches`` and run through the stages
-    by a torch.distributed.pipelining schedule (``"1F1B"`` or ``"GPipe"``). ``data_parallel``
+    by a schedule of typed actions like torch.distributed.pipelining's (``"1F1B"`` or ``"GPipe"``,
+    :mod:`lightning_hybrid.pipeline.schedules`). ``data_parallel``
     replicas of the pipeline train on different shards of the data and average their gradients
     after each step (``gradient_sync="sync"``), or apply the average ``delay`` steps later
     (``"delayed"``: the delayed all-reduce of :class:`~lightning_hybrid.AllReduceASGDStrategy`).
@@ -85,14 +86,15 @@ class HybridParallelStrategy(common.RoutedEvaluation, common.UnwrappedDDPStrateg
         processes_per_device: processes started on each device the Trainer gives (``devices=1,
             processes_per_device=2``: two processes on one GPU, whose group then uses gloo).
 
-    Example::
-
+    Examples:
         >>> import pytorch_lightning as pl
         >>> from lightning_hybrid import HybridParallelStrategy
         >>> strategy = HybridParallelStrategy(pipeline_stages=2, data_parallel=2, micro_batches=4,
         ...                                   devices=[1.0, 2.0], placement="gabra")
-        >>> trainer = pl.Trainer(accelerator="cpu", devices=4, strategy=strategy)
-        >>> # or pl.Trainer(strategy="hybrid", devices=2)
+        >>> trainer = pl.Trainer(accelerator="cpu", devices=4, strategy=strategy, logger=False)
+        >>> trainer.world_size  # 2 stages x 2 replicas
+        4
+        >>> # trainer.fit(ClassifierModule(LeNet5()), datamodule=data)     or strategy="hybrid"
     """
 
     strategy_name = "hybrid"

@@ -70,12 +70,13 @@ class PartitionedInferenceStrategy(RoutedEvaluation, UnwrappedDDPStrategy):
 
     Not for training (``fit`` is refused: train with another strategy, then load the checkpoint).
 
-    Example::
-
+    Examples:
         >>> import pytorch_lightning as pl
         >>> from lightning_hybrid import PartitionedInferenceStrategy
         >>> strategy = PartitionedInferenceStrategy(abilities=[1.0, 2.0], conv_partition="bodp")
         >>> trainer = pl.Trainer(accelerator="cpu", devices=2, strategy=strategy, logger=False)
+        >>> trainer.strategy.abilities
+        [1.0, 2.0]
         >>> # predictions = trainer.predict(model, dataloaders=loader)   or strategy="partitioned_inference"
     """
 

@@ -133,12 +133,16 @@ class SSPStrategy(ParameterServerStrategy):
     * BatchNorm-style buffers stay per worker during an epoch and are broadcast from worker 0 at
       the epoch's synchronization.
 
-    Example::
-
+    Examples:
         >>> import pytorch_lightning as pl
         >>> from lightning_hybrid import SSPStrategy
-        >>> trainer = pl.Trainer(accelerator="cpu", devices=2, strategy=SSPStrategy(staleness=3))
-        >>> # trainer.fit(model, datamodule)        or: pl.Trainer(strategy="ssp", devices=4)
+        >>> strategy = SSPStrategy(staleness=3, sync="delay")
+        >>> trainer = pl.Trainer(accelerator="cpu", devices=2, strategy=strategy, logger=False)
+        >>> trainer.world_size  # workers; the parameter server is one process more
+        2
+        >>> pl.Trainer(accelerator="cpu", devices=2, strategy="ssp_async", logger=False).strategy.staleness
+        inf
+        >>> # trainer.fit(model, datamodule=data)
     """
 
     strategy_name = "ssp"

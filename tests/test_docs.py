@@ -1,0 +1,68 @@
+"""The documentation site builds with `mkdocs build --strict`, and the README stays its front door."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_the_site_builds_strictly(tmp_path: Path) -> None:
+    pytest.importorskip("mkdocs", reason="the docs extra is not installed (pip install -e '.[docs]')")
+    pytest.importorskip("material", reason="mkdocs-material is not installed (pip install -e '.[docs]')")
+    pytest.importorskip("mkdocstrings_handlers.python", reason="mkdocstrings-python is not installed")
+    result = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=REPO, capture_output=True, text=True, timeout=240, env={**_env(), "NO_MKDOCS_2_WARNING": "1"},
+    )
+    warnings = [line for line in result.stderr.splitlines() if "WARNING" in line or "ERROR" in line]
+    assert result.returncode == 0, "mkdocs build --strict failed:\n" + "\n".join(warnings or [result.stderr[-3000:]])
+    built = {p.relative_to(tmp_path / "site").as_posix() for p in (tmp_path / "site").rglob("*.html")}
+    pages = {p.relative_to(REPO / "docs").with_suffix(".html").as_posix()
+             for p in (REPO / "docs").rglob("*.md") if "_snippets" not in p.parts}
+    assert pages <= built, f"pages not built: {sorted(pages - built)}"
+    # Every exported name rendered on the API page, with its example.
+    api = (tmp_path / "site" / "api.html").read_text()
+    for name in ("SSPStrategy", "CNeuralStrategy", "AllReduceASGDStrategy", "BalancedDataParallelStrategy",
+                 "HybridParallelStrategy", "PartitionedInferenceStrategy", "ClassifierModule"):
+        assert f'id="lightning_hybrid.{name}"' in api, f"{name} has no entry on the built API page"
+    assert api.count("Examples:") + api.count(">Examples<") >= 7
+
+
+def _env() -> dict[str, str]:
+    import os
+
+    return dict(os.environ)
+
+
+def _table(text: str) -> list[list[str]]:
+    """The strategy table's rows, links reduced to their text."""
+    start = text.index("| strategy | alias | pick it when")
+    rows = []
+    for line in text[start:].splitlines():
+        if not line.startswith("|"):
+            break
+        rows.append([re.sub(r"\[(.*?)\]\([^)]*\)", r"\1", cell).strip() for cell in line.strip("|").split("|")])
+    return rows
+
+
+def test_the_readme_is_a_front_door() -> None:
+    readme = (REPO / "README.md").read_text()
+    lines = readme.splitlines()
+    assert len(lines) < 150, f"README.md has {len(lines)} lines; the manual belongs in docs/"
+    # The two set-up commands come first, then the strategy table within the first screen (~60 lines).
+    commands = [i for i, line in enumerate(lines) if line.startswith("python3 -m venv .venv")]
+    assert len(commands) == 2 and commands[1] < 10, "the README starts with the two set-up commands"
+    table_line = next(i for i, line in enumerate(lines) if line.startswith("| strategy | alias | pick it when"))
+    assert table_line < 40
+    # ... and says the same as the docs' table.
+    assert _table(readme) == _table((REPO / "docs" / "_snippets" / "strategy_table.md").read_text())
+    # Its links into docs/ and the repository point at files that exist.
+    for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", readme):
+        if "://" not in target:
+            assert (REPO / target).exists(), f"README links to {target}, which does not exist"
