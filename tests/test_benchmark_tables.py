@@ -66,3 +66,30 @@ def test_the_feature_matrix_compares_exact_counts_with_its_reference(feature_mat
     single = [counts()]
     assert differences("hybrid", "max_epochs", [counts(), counts()], single) is None
     assert "batches per epoch per rank" in differences("hybrid", "max_epochs", [counts(), counts(batches=(4, 4))], single)
+
+
+def test_the_grid_summary_round_trips_through_its_table_and_is_drawn(tta, tmp_path):
+    pytest.importorskip("matplotlib", reason="the plots extra is not installed")
+    from matplotlib.image import imread
+
+    stats = {  # two scenarios, three contenders; ssp never reaches the target in the second
+        "none": {"ddp": {"time": [10.0, 12.0, 11.0], "epoch_s": [1.0]}, "balanced": {"time": [10.0, 11.0, 12.0], "epoch_s": [1.0]},
+                 "ssp": {"time": [5.5, 5.0, 6.0], "epoch_s": [1.0]}},
+        "compute_persistent": {"ddp": {"time": [40.0, 44.0, 42.0], "epoch_s": [3.0]},
+                               "balanced": {"time": [20.0, 21.0, 22.0], "epoch_s": [1.5]},
+                               "ssp": {"time": [math.inf] * 3, "epoch_s": [1.0]}},
+    }
+    names = ["ddp", "balanced", "ssp"]
+    speedups = tta.grid_speedups(stats, names)
+    assert speedups["none"]["ssp"] == pytest.approx(11.0 / 5.5)
+    assert speedups["compute_persistent"]["balanced"] == pytest.approx(2.0)
+    assert math.isnan(speedups["compute_persistent"]["ssp"])
+    scenarios = [tta.Scenario("none", []), tta.Scenario("compute_persistent", [], slowdown=4.0)]
+    table = "\n".join(tta.grid_lines(stats, scenarios, names, 0.98))
+    parsed = tta.speedups_from_table(table)
+    assert parsed["none"] == pytest.approx({"ddp": 1.0, "balanced": 1.0, "ssp": 2.0}, abs=0.005)
+    assert parsed["compute_persistent"]["balanced"] == pytest.approx(2.0) and math.isnan(parsed["compute_persistent"]["ssp"])
+    out = tmp_path / "grid.png"
+    assert tta.plot_grid(parsed, out, "test grid")
+    height, width = imread(out).shape[:2]
+    assert width > 600 and height > 300
