@@ -9,7 +9,8 @@
 Here: the console entry point :func:`main`, which runs a subcommand or Hydra's command line around
 :func:`lightning_hybrid.cli.app.train`. One module per job: ``app`` (the training app), ``data``
 (``lightning-hybrid data ...``), ``plan`` (``lightning-hybrid plan``), ``relaunch`` (child ranks under
-Hydra sweeps); ``explain`` is :mod:`lightning_hybrid.explain`. ``python -m lightning_hybrid.cli``
+Hydra sweeps), ``slurm`` (``hydra/launcher=slurm``: what a job asks SLURM for, submitit tasks as
+ranks); ``explain`` is :mod:`lightning_hybrid.explain`. ``python -m lightning_hybrid.cli``
 runs :func:`main` too.
 """
 

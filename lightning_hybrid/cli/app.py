@@ -34,6 +34,7 @@ from pytorch_lightning.accelerators import CPUAccelerator
 from lightning_hybrid.classifier import ClassifierModule
 from lightning_hybrid.callbacks import HeterogeneitySimulator, ProgressLog
 from lightning_hybrid.cli.relaunch import child_ranks_rerun_this_job, in_multirun
+from lightning_hybrid.cli.slurm import submitit_task_as_rank, task_threads  # also registers ${lh_slurm:...}
 from lightning_hybrid.strategies.checkpoint_io import AtomicCheckpointIO
 
 log = logging.getLogger("lightning_hybrid")
@@ -145,7 +146,12 @@ def set_cpu_threads(cfg: DictConfig, trainer: pl.Trainer) -> None:
     threads = cfg.get("cpu_threads_per_process", "auto")
     if threads in (None, "none") or not isinstance(trainer.accelerator, CPUAccelerator):
         return
-    if threads == "auto":
+    if threads == "auto" and (in_task := task_threads(cfg, trainer.global_rank)) is not None:
+        # A SLURM task: its --cpus-per-task, kept (OMP_NUM_THREADS) when Lightning's launcher would
+        # divide them by trainer.devices.
+        os.environ["OMP_NUM_THREADS"] = str(in_task)
+        threads = in_task
+    elif threads == "auto":
         threads = max(1, (os.cpu_count() or 1) // max(1, trainer.num_devices))
     torch.set_num_threads(int(threads))
 
@@ -176,6 +182,7 @@ def final_metrics(trainer: pl.Trainer, prefix: str = "") -> dict[str, float]:
 def train(cfg: DictConfig) -> dict[str, float]:
     """Fit, then test, the configured run; return its final metrics (rank 0 also reports them)."""
     with job_scope():
+        submitit_task_as_rank()  # a task of hydra/launcher=slurm_local: one rank, as under SLURM
         pl.seed_everything(cfg.seed, workers=True)
         spread_processes_over_gpus(cfg, torch.cuda.device_count() if torch.cuda.is_available() else 0)
         datamodule = build(cfg.data)

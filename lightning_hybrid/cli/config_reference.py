@@ -100,12 +100,15 @@ def reference(root: Path | None = None) -> str:
     main = root / "train.yaml"
     if main.exists():
         out += _option_section("The main config (`train.yaml`)", main, level="##")
-    groups = sorted((p for p in root.iterdir() if p.is_dir() and not p.name.startswith("_")),
-                    key=lambda p: (GROUP_ORDER.index(p.name) if p.name in GROUP_ORDER else len(GROUP_ORDER), p.name))
+    # A group's folders are groups too (hydra/launcher), each after its parent.
+    groups = sorted((p.relative_to(root) for p in root.rglob("*") if p.is_dir()
+                     and not any(part.startswith(("_", ".")) for part in p.relative_to(root).parts)),
+                    key=lambda g: (GROUP_ORDER.index(g.parts[0]) if g.parts[0] in GROUP_ORDER else len(GROUP_ORDER), g.parts))
     for group in groups:
-        out += [f"## `{group.name}`", ""]
-        for path in sorted(group.glob("*.yaml")):
-            out += _option_section(f"`{group.name}={path.stem}`", path, level="###")
+        name = group.as_posix()
+        out += [f"## `{name}`", ""]
+        for path in sorted((root / group).glob("*.yaml")):
+            out += _option_section(f"`{name}={path.stem}`", path, level="###")
     return "\n".join(out).rstrip() + "\n"
 
 
