@@ -55,6 +55,8 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # plot_table, beside this script
+
 # Every contender runs the optimizer config's learning rate unless --lrs sweeps it: under DDP it is
 # the rate of one step on the 2 x 64 samples of the global batch; SSPStrategy's default update rule
 # averages one push per worker into each step, which gives it the same meaning. `ssp_per_push_s3` is
@@ -383,38 +385,19 @@ def grid_lines(stats: dict[str, dict[str, list[float]]], scenarios: list[Scenari
 
 def plot_grid(speedups: dict[str, dict[str, float]], out: Path, title: str) -> bool:
     """The grid's summary as bars: for each scenario, each contender's speed-up against the reference
-    (``speedups[scenario][contender]``; ``nan``: never reached the target, drawn as an empty slot
-    marked with a cross). False when matplotlib is missing."""
-    try:
-        import matplotlib
+    (``speedups[scenario][contender]``; ``nan``: never reached the target, a cross). False when
+    matplotlib is missing."""
+    from plot_table import grouped_bars
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+    scenarios = list(speedups)
+    names = list(next(iter(speedups.values())))
+    series = {name: [speedups[s].get(name, math.nan) for s in scenarios] for name in names}
+    try:
+        grouped_bars(["\n".join(s.rsplit("_", 1)) for s in scenarios], series, out, title,
+                     f"speed-up against {names[0]} (time to target)", baseline=1.0, values_on_bars=False)
     except ImportError:
         print("matplotlib is not installed: no plot (pip install matplotlib)", file=sys.stderr)
         return False
-    scenarios = list(speedups)
-    names = list(next(iter(speedups.values())))
-    width = 0.8 / len(names)
-    fig, ax = plt.subplots(figsize=(max(7.0, 1.1 * len(scenarios) + 2), 4.2))
-    for i, name in enumerate(names):
-        xs = [j + (i - (len(names) - 1) / 2) * width for j in range(len(scenarios))]
-        ys = [speedups[s].get(name, math.nan) for s in scenarios]
-        ax.bar(xs, [y if math.isfinite(y) else 0.0 for y in ys], width, label=name, color=f"C{i}")
-        for x, y in zip(xs, ys):
-            if not math.isfinite(y):
-                ax.plot(x, 0.05, marker="x", color=f"C{i}")
-    ax.axhline(1.0, color="black", linewidth=1)
-    ax.set_xticks(range(len(scenarios)), ["\n".join(s.rsplit("_", 1)) for s in scenarios], fontsize=8)
-    ax.set_ylabel(f"speed-up against {names[0]} (time to target)")
-    ax.set_title(title + ("; x: target never reached" if any(not math.isfinite(v) for row in speedups.values()
-                                                            for v in row.values()) else ""), fontsize=10)
-    ax.legend(fontsize=8, ncol=min(4, len(names)))
-    ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
     return True
 
 

@@ -88,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     if not pages:
         sys.exit(f"no HTML pages under {site}: run `mkdocs build` first")
 
+    Recorder.failures.clear()
     handler = functools.partial(Recorder, directory=str(site))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()

@@ -1,0 +1,51 @@
+"""tools/check_site.py: headless Chromium finds a broken link, a missing anchor and a missing image."""
+
+from __future__ import annotations
+
+import base64
+import importlib.util
+import shutil
+from pathlib import Path
+
+import pytest
+
+TOOL = Path(__file__).resolve().parent.parent / "tools" / "check_site.py"
+PNG = base64.b64decode(  # a 1 x 1 PNG
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+)
+
+
+@pytest.fixture(scope="module")
+def check_site():
+    if not any(shutil.which(name) for name in ("chromium", "chromium-browser", "google-chrome")):
+        pytest.skip("no Chromium on this machine (apt-get install chromium); the site check needs it")
+    spec = importlib.util.spec_from_file_location("check_site", TOOL)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def page(body: str) -> str:
+    return f"<!doctype html><html><head><title>t</title></head><body>{body}</body></html>"
+
+
+def test_a_sound_site_passes_and_each_kind_of_fault_is_reported(check_site, tmp_path, capsys):
+    site = tmp_path / "site"
+    (site / "figures").mkdir(parents=True)
+    (site / "figures" / "dot.png").write_bytes(PNG)
+    (site / "index.html").write_text(page('<a href="other.html#part">other</a><img src="figures/dot.png">'))
+    (site / "other.html").write_text(page('<h2 id="part">part</h2><a href="index.html">home</a>'
+                                          '<a href="https://example.org/">elsewhere</a>'))
+    assert check_site.main([str(site)]) == 0
+    assert "2 pages loaded in Chromium" in capsys.readouterr().out
+
+    (site / "index.html").write_text(page('<a href="other.html#nowhere">a</a><a href="gone.html">b</a>'
+                                          '<img src="figures/missing.png"><img src="figures/fake.png">'))
+    (site / "figures" / "fake.png").write_text("not an image")
+    assert check_site.main([str(site)]) == 1
+    out = capsys.readouterr().out
+    assert "no element with id 'nowhere'" in out
+    assert "gone.html, which does not exist" in out
+    assert "image figures/missing.png does not exist" in out
+    assert "image figures/fake.png is not an image" in out
+    assert "the browser's request failed: 404 /figures/missing.png" in out
