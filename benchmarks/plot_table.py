@@ -15,6 +15,7 @@ import argparse
 import math
 import re
 import sys
+import textwrap
 from pathlib import Path
 
 NUMBER = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?")
@@ -61,7 +62,8 @@ def grouped_bars(labels: list[str], series: dict[str, list[float]], out: Path, t
                 ax.plot(x, 0.0, marker="x", color=f"C{k}", clip_on=False)
     if baseline is not None:
         ax.axhline(baseline, color="black", linewidth=1)
-    ax.set_xticks(range(len(labels)), labels, fontsize=8)
+    wrap = max(12, int(90 / len(labels)))  # characters per line: long row labels wrap instead of overlapping
+    ax.set_xticks(range(len(labels)), [textwrap.fill(label, wrap) for label in labels], fontsize=8)
     ax.set_ylabel(ylabel)
     missing = any(not math.isfinite(y) for ys in series.values() for y in ys)
     ax.set_title(title + ("; x: no value (never reached)" if missing else ""), fontsize=10)

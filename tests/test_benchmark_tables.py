@@ -93,3 +93,38 @@ def test_the_grid_summary_round_trips_through_its_table_and_is_drawn(tta, tmp_pa
     assert tta.plot_grid(parsed, out, "test grid")
     height, width = imread(out).shape[:2]
     assert width > 600 and height > 300
+
+
+@pytest.fixture(scope="module")
+def plot_table():
+    spec = importlib.util.spec_from_file_location("plot_table", SCRIPT.parent / "plot_table.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_recipe_table_is_read_by_its_header_and_drawn_as_bars(plot_table, tmp_path):
+    markdown = "\n".join([
+        "# results", "", "| run | other |", "|---|---|", "| x | 1 |", "",
+        "| samples | 1 worker s/epoch | 2 workers s/epoch |", "|---|---|---|",
+        "| 500,000 | 1.26 / 1.79 | **1.41** |", "| 1,000,000 | 3.14 | n/a |", "", "after the table",
+    ])
+    header, rows = plot_table.read_table(markdown, "| samples |")
+    assert header == ["samples", "1 worker s/epoch", "2 workers s/epoch"]
+    assert [row[0] for row in rows] == ["500,000", "1,000,000"]  # the table ends at its last row
+    assert plot_table.first_number(rows[0][1]) == 1.26 and plot_table.first_number(rows[0][2]) == 1.41
+    assert plot_table.first_number("1,000,000") == 1e6 and math.isnan(plot_table.first_number(rows[1][2]))
+    with pytest.raises(ValueError, match="no table whose header starts with"):
+        plot_table.read_table(markdown, "| contender |")
+    with pytest.raises(ValueError, match="not in the table's header"):
+        plot_table.plot(header, rows, ["3 workers s/epoch"], tmp_path / "x.png", "", "")
+    pytest.importorskip("matplotlib", reason="the plots extra is not installed")
+    from matplotlib.image import imread
+
+    source = tmp_path / "README.md"
+    source.write_text(markdown)
+    out = tmp_path / "bars.png"
+    assert plot_table.main([str(source), "--table", "| samples |", "--columns", "1 worker s/epoch",
+                            "2 workers s/epoch", "--out", str(out), "--title", "t"]) == 0
+    height, width = imread(out).shape[:2]
+    assert width >= 600 and height >= 400

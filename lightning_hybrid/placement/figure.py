@@ -194,7 +194,9 @@ def placement_figure(
                     f"{stage.time_s:.3g} s" + (" (bottleneck)" if bottleneck else ""))))
             else:
                 label = f"{devices[stage.device].name}\n{stage.stop - stage.start} blocks"
-            left.text(offset + stage.time_s / 2, row, label, ha="center", va="center", fontsize=8 if single else 7)
+            widest = max(sum(st.time_s for st in p.stages) for p in rows.values())
+            if single or stage.time_s >= 0.06 * widest:  # a label wider than its segment would overlap the next
+                left.text(offset + stage.time_s / 2, row, label, ha="center", va="center", fontsize=8 if single else 7)
             offset += stage.time_s
     left.set_yticks(range(len(rows)), [f"{m}\n(bottleneck {p.bottleneck:.3g} s)" for m, p in rows.items()])
     left.invert_yaxis()
