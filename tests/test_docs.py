@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -12,26 +14,47 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 
-def test_the_site_builds_strictly(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    """The site as `mkdocs build --strict` writes it (the test fails, rather than skips, when the build does)."""
     pytest.importorskip("mkdocs", reason="the docs extra is not installed (pip install -e '.[docs]')")
     pytest.importorskip("material", reason="mkdocs-material is not installed (pip install -e '.[docs]')")
     pytest.importorskip("mkdocstrings_handlers.python", reason="mkdocstrings-python is not installed")
+    out = tmp_path_factory.mktemp("docs") / "site"
     result = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
         cwd=REPO, capture_output=True, text=True, timeout=240, env={**_env(), "NO_MKDOCS_2_WARNING": "1"},
     )
     warnings = [line for line in result.stderr.splitlines() if "WARNING" in line or "ERROR" in line]
     assert result.returncode == 0, "mkdocs build --strict failed:\n" + "\n".join(warnings or [result.stderr[-3000:]])
-    built = {p.relative_to(tmp_path / "site").as_posix() for p in (tmp_path / "site").rglob("*.html")}
+    return out
+
+
+def test_the_site_builds_strictly(site: Path) -> None:
+    built = {p.relative_to(site).as_posix() for p in site.rglob("*.html")}
     pages = {p.relative_to(REPO / "docs").with_suffix(".html").as_posix()
              for p in (REPO / "docs").rglob("*.md") if "_snippets" not in p.parts}
     assert pages <= built, f"pages not built: {sorted(pages - built)}"
     # Every exported name rendered on the API page, with its example.
-    api = (tmp_path / "site" / "api.html").read_text()
+    api = (site / "api.html").read_text()
     for name in ("SSPStrategy", "CNeuralStrategy", "AllReduceASGDStrategy", "BalancedDataParallelStrategy",
                  "HybridParallelStrategy", "PartitionedInferenceStrategy", "ClassifierModule"):
         assert f'id="lightning_hybrid.{name}"' in api, f"{name} has no entry on the built API page"
     assert api.count("Examples:") + api.count(">Examples<") >= 7
+
+
+@pytest.mark.timeout(900)  # one headless Chromium per page: about 80 s on 2 idle cores
+def test_every_page_loads_in_chromium_without_a_broken_link_or_image(site: Path, capsys) -> None:
+    """tools/check_site.py over the built site: what `python tools/check_site.py site/` checks by hand."""
+    if not any(shutil.which(name) for name in ("chromium", "chromium-browser", "google-chrome")):
+        pytest.skip("no Chromium on this machine (apt-get install chromium); the site check needs it")
+    spec = importlib.util.spec_from_file_location("check_site", REPO / "tools" / "check_site.py")
+    check_site = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check_site)
+    status = check_site.main([str(site)])
+    report = capsys.readouterr().out
+    assert status == 0, report
+    assert re.search(r"(\d+) pages loaded", report) and int(re.search(r"(\d+) pages loaded", report)[1]) >= 20, report
 
 
 def _env() -> dict[str, str]:
