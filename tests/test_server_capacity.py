@@ -14,6 +14,7 @@ SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "server_capacity.p
 pytestmark = pytest.mark.multiprocess
 
 
+@pytest.mark.timeout(900)  # 24 server set-ups: 170 s alone on 2 cores, 252 s beside the suite's other worker
 def test_server_capacity_reports_the_cost_per_push_beside_the_floor_for_both_transports_and_shards():
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), "--workers", "1", "2", "--params", "61706", "1000000", "3000000", "--pushes", "20",

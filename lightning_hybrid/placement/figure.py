@@ -182,6 +182,7 @@ def placement_figure(
     figure = Figure(figsize=(13, 1.6 + height), layout="constrained")
     FigureCanvasAgg(figure)  # renders to images and files, whatever pyplot's backend is
     left, right = figure.subplots(1, 2)
+    widest = max(sum(stage.time_s for stage in drawn.stages) for drawn in rows.values())
     for row, (name, drawn) in enumerate(rows.items()):
         offset = 0.0
         for s, stage in enumerate(drawn.stages):
@@ -194,7 +195,6 @@ def placement_figure(
                     f"{stage.time_s:.3g} s" + (" (bottleneck)" if bottleneck else ""))))
             else:
                 label = f"{devices[stage.device].name}\n{stage.stop - stage.start} blocks"
-            widest = max(sum(st.time_s for st in p.stages) for p in rows.values())
             if single or stage.time_s >= 0.06 * widest:  # a label wider than its segment would overlap the next
                 left.text(offset + stage.time_s / 2, row, label, ha="center", va="center", fontsize=8 if single else 7)
             offset += stage.time_s
