@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import multiprocessing
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -186,3 +188,15 @@ def pytest_xdist_auto_num_workers(config) -> int:
     processes start and wait for each other), at most four on a large one (each test starts up to four
     processes of its own, with one torch thread per core they get)."""
     return max(2, min(4, (os.cpu_count() or 1) // 4))
+
+
+@pytest.fixture(scope="session")
+def check_site():
+    """tools/check_site.py as a module (its ``main(argv)`` checks a built site in headless Chromium);
+    the test skips, saying why, where no Chromium is installed."""
+    if not any(shutil.which(name) for name in ("chromium", "chromium-browser", "google-chrome")):
+        pytest.skip("no Chromium on this machine (apt-get install chromium); the site check needs it")
+    spec = importlib.util.spec_from_file_location("check_site", REPO / "tools" / "check_site.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

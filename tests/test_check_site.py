@@ -3,26 +3,10 @@
 from __future__ import annotations
 
 import base64
-import importlib.util
-import shutil
-from pathlib import Path
 
-import pytest
-
-TOOL = Path(__file__).resolve().parent.parent / "tools" / "check_site.py"
 PNG = base64.b64decode(  # a 1 x 1 PNG
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
 )
-
-
-@pytest.fixture(scope="module")
-def check_site():
-    if not any(shutil.which(name) for name in ("chromium", "chromium-browser", "google-chrome")):
-        pytest.skip("no Chromium on this machine (apt-get install chromium); the site check needs it")
-    spec = importlib.util.spec_from_file_location("check_site", TOOL)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def page(body: str) -> str:

@@ -1,10 +1,10 @@
 """The figure of ``lightning-hybrid plan figure=PATH``: each method's stages, and the best one's pipeline.
 
-Drawn by :func:`lightning_hybrid.placement.figure.placement_figure` (the figure the
-HybridParallelStrategy logs to TensorBoard, with every method's placement side by side in its left
-panel): left, one bar per placement method, its stages side by side, each as long as its time per
-step on its device, the bottleneck marked; right, the first steps of the best placement's pipeline
-as a timeline of its schedule's actions.
+Drawn by :func:`lightning_hybrid.placement.figure.placement_figure`, which also draws the figure
+HybridParallelStrategy logs to TensorBoard (its one placement); here its left panel has a row per
+placement method, the method's stages side by side, each as long as its time per step on its device,
+the bottleneck marked; right, the first steps of the best placement's pipeline as a timeline of its
+schedule's actions.
 """
 
 from __future__ import annotations
