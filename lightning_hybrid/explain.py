@@ -67,13 +67,13 @@ def slices_through_peak(volume: np.ndarray, heatmap: np.ndarray) -> list[tuple[n
 def save_overlay(path: Path, volume: np.ndarray, heatmap: np.ndarray, title: str) -> None:
     """A PNG of :func:`slices_through_peak`: the anatomy in grey (1st-99th percentile), the map over it
     in colour, and a colour bar of the map's values (matplotlib: ``pip install "lightning-hybrid[plots]"``)."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only: no display needed
-    import matplotlib.pyplot as plt
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
     lo, hi = np.percentile(volume, [1, 99])
-    figure, axes = plt.subplots(1, 3, figsize=(10, 3.6), layout="constrained")
+    figure = Figure(figsize=(10, 3.6), layout="constrained")
+    FigureCanvasAgg(figure)  # files only, without pyplot: no display, the caller's backend untouched
+    axes = figure.subplots(1, 3)
     for ax, (anatomy, cam), name in zip(axes, slices_through_peak(volume, heatmap), ("sagittal", "coronal", "axial")):
         ax.imshow(anatomy, cmap="gray", vmin=lo, vmax=hi, interpolation="nearest")
         shown = ax.imshow(cam, cmap="inferno", alpha=0.45, vmin=0.0, vmax=1.0, interpolation="nearest")
@@ -82,7 +82,6 @@ def save_overlay(path: Path, volume: np.ndarray, heatmap: np.ndarray, title: str
     figure.colorbar(shown, ax=axes, shrink=0.8, label="Grad-CAM (0-1)")
     figure.suptitle(title)
     figure.savefig(path, dpi=100)
-    plt.close(figure)
 
 
 def explain_run(run_dir: Path, image: Path, target_class: int, out: Path, checkpoint: Path | None, layer: str | None) -> dict:
