@@ -2,7 +2,7 @@
 
 Each config file says what its keys mean in comments: a comment at the end of a key's line, or the
 comment lines just above it; the comment lines at the top of a file say what the option is. This
-module reads them (the YAML itself through OmegaConf, the comments line by line) and writes one
+module reads keys, values and comments line by line (the configs' plain YAML subset) and writes one
 Markdown page: a section per group, a table per option (key, default, meaning). The committed page
 is `docs/configs.md`; a test regenerates it and fails when it differs, so an option added to
 `configs/` without its reference, or with the reference left stale, does not land.
