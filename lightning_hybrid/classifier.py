@@ -11,6 +11,8 @@ from torch import nn
 from torch.nn import functional as F
 from torchmetrics.classification import MulticlassAccuracy
 
+from lightning_hybrid.metrics import DiagnosisMetrics
+
 OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
 SchedulerFactory = Callable[[torch.optim.Optimizer], Any]
 
@@ -27,9 +29,15 @@ class ClassifierModule(pl.LightningModule):
             Lightning lr-scheduler mapping whose ``"scheduler"`` entry is such a factory, e.g.
             ``{"scheduler": partial(StepLR, step_size=1), "interval": "epoch", "monitor": "val/loss"}``.
         num_classes: number of classes; defaults to ``net.num_classes``.
+        positive_class: for two classes, the index of the disease (the class sensitivity and AUC are
+            of); ``None`` takes the datamodule's ``positive_class`` (ADNI: 0, ClinicaDL's order), else 1.
 
     Logs ``train/loss``, ``train/acc``, ``val/loss``, ``val/acc``, ``test/loss`` and ``test/acc``;
-    ``predict_step`` returns the predicted class of each input.
+    with two classes also, for validation and test, ``bacc`` (balanced accuracy), ``sensitivity``,
+    ``specificity`` and ``auc`` per scan, and the same per subject (``val/subject/bacc``, ...) when
+    the evaluation batches carry keys (``(x, y, key)``, as ADNI's do:
+    :class:`~lightning_hybrid.metrics.DiagnosisMetrics`). ``predict_step`` returns the predicted
+    class of each input.
 
     Examples:
         >>> from functools import partial
@@ -50,6 +58,7 @@ class ClassifierModule(pl.LightningModule):
         optimizer: OptimizerFactory | None = None,
         scheduler: SchedulerFactory | Mapping[str, Any] | None = None,
         num_classes: int | None = None,
+        positive_class: int | None = None,
     ) -> None:
         super().__init__()
         if num_classes is None:
@@ -74,20 +83,51 @@ class ClassifierModule(pl.LightningModule):
         self.train_acc = MulticlassAccuracy(num_classes, average="micro")
         self.val_acc = MulticlassAccuracy(num_classes, average="micro")
         self.test_acc = MulticlassAccuracy(num_classes, average="micro")
+        self.positive_class = positive_class
+        self.diagnosis = {"val": DiagnosisMetrics(), "test": DiagnosisMetrics()} if num_classes == 2 else {}
+        for stage, metrics in self.diagnosis.items():
+            self.add_module(f"{stage}_diagnosis", metrics)  # moved to the module's device with it
+
+    def setup(self, stage: str) -> None:
+        """The disease class: as given, else the datamodule's ``positive_class``, else 1."""
+        positive = self.positive_class
+        if positive is None:
+            datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+            positive = getattr(datamodule, "positive_class", 1)
+        for metrics in self.diagnosis.values():
+            metrics.positive_class = int(positive)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
 
     def _shared_step(self, batch: Any, stage: str, accuracy: MulticlassAccuracy) -> torch.Tensor:
-        x, y = batch
+        x, y = batch[0], batch[1]
         logits = self(x)
         loss = F.cross_entropy(logits, y)
-        accuracy(logits, y)
         on_step = stage == "train"
         sync = stage != "train"
         self.log(f"{stage}/loss", loss, on_step=on_step, on_epoch=True, prog_bar=True, sync_dist=sync)
-        self.log(f"{stage}/acc", accuracy, on_step=False, on_epoch=True, prog_bar=True)
+        if stage in self.diagnosis:  # accuracy among the diagnosis metrics, each scan counted once
+            self.diagnosis[stage].update(logits, y, batch[2] if len(batch) > 2 else None)
+        else:
+            accuracy(logits, y)
+            self.log(f"{stage}/acc", accuracy, on_step=False, on_epoch=True, prog_bar=True)
         return loss
+
+    def _log_diagnosis(self, stage: str) -> None:
+        """The epoch's diagnosis metrics (gathered from every process by torchmetrics), then a fresh start."""
+        if stage not in self.diagnosis:
+            return
+        values = self.diagnosis[stage].compute()
+        self.diagnosis[stage].reset()
+        for name, value in values.items():
+            self.log(f"{stage}/{name}", value.to(self.device), prog_bar=name in ("acc", "bacc"), sync_dist=False)
+
+    def on_validation_epoch_end(self) -> None:
+        self._log_diagnosis("val")
+
+    def on_test_epoch_end(self) -> None:
+        self._log_diagnosis("test")
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         return self._shared_step(batch, "train", self.train_acc)

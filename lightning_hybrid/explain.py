@@ -1,12 +1,18 @@
 """3D Grad-CAM explanations: which parts of a volume drove a class score.
 
-    lightning-hybrid explain --run outputs/runs/<run> --image scan.nii.gz --class 1 --out explain/
+    lightning-hybrid explain --run outputs/runs/<run> --image scan.nii.gz --class AD --out explain/
 
 reads the run's composed config (``.hydra/config.yaml``) and checkpoint, preprocesses the volume
-as the run's datamodule does for evaluation, and writes the preprocessed volume and the Grad-CAM
+as the run's datamodule does for evaluation, and writes the preprocessed volume and the raw Grad-CAM
 map as NIfTI files with the same affine (so any viewer overlays them on each other and on the
 original scan), plus a PNG of three orthogonal slices through the map's maximum, the map in colour over the
 anatomy with a colour bar (matplotlib, the ``plots`` extra).
+
+The map is Grad-CAM as computed: ReLU of the layer's channels weighted by their mean gradient, so 1
+(after scaling by the maximum) is where the class score depends most on the volume. It is taken at
+the last block whose cells are at most 8 mm (:func:`default_layer`): coarser maps, and maps after
+self-attention has mixed all positions, cannot say where. :func:`grad_cam_map` gives the raw map
+for scoring it against a region known to cause the class (``benchmarks/gradcam_localisation.py``).
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 import argparse
 import logging
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -22,9 +29,17 @@ from torch import nn
 log = logging.getLogger(__name__)
 
 
-def default_layer(net: nn.Module, volume: torch.Tensor, min_size: int = 4) -> str:
-    """The last child block with a convolution whose output is still at least ``min_size`` voxels
-    along every axis (a map of one voxel says nothing about where); the first such block otherwise."""
+#: The default layer's cells are at most this many input voxels along each axis: 6 mm at ADNI's
+#: default 1.5 mm voxels, 8 mm at the benchmark's 2 mm (``explain`` picks by the run's spacing, <= 8 mm).
+MAX_STRIDE = 4
+#: The coarsest cell ``lightning-hybrid explain`` accepts for its default layer, in mm.
+MAX_CELL_MM = 8.0
+
+
+def default_layer(net: nn.Module, volume: torch.Tensor, max_stride: int = MAX_STRIDE) -> str:
+    """The last child block with a convolution whose output cells span at most ``max_stride`` input
+    voxels along every axis (later blocks are coarser, and self-attention mixes positions); the first
+    such block if even that one is coarser."""
     sizes: dict[str, tuple[int, ...]] = {}
     hooks = [
         child.register_forward_hook(lambda _m, _i, out, name=name: sizes.__setitem__(name, tuple(out.shape[2:])))
@@ -39,21 +54,59 @@ def default_layer(net: nn.Module, volume: torch.Tensor, min_size: int = 4) -> st
             hook.remove()
     if not sizes:
         raise ValueError(f"{type(net).__name__} has no child block with a Conv3d to take Grad-CAM at")
-    fine = [name for name, size in sizes.items() if min(size) >= min_size]
+    fine = [name for name, size in sizes.items() if all(n / s <= max_stride for n, s in zip(volume.shape[2:], size))]
     return fine[-1] if fine else next(iter(sizes))
 
 
-def grad_cam(net: nn.Module, volume: torch.Tensor, target_class: int, layer: str | None = None) -> np.ndarray:
-    """Grad-CAM map of ``target_class`` for ``volume`` (1 x C x D x H x W), at the input's size, in [0, 1]."""
+def grad_cam_map(net: nn.Module, volume: torch.Tensor, target_class: int, layer: str | None = None) -> np.ndarray:
+    """The raw Grad-CAM map of ``target_class`` for ``volume`` (1 x C x D x H x W) at ``layer`` (default:
+    :func:`default_layer`), upsampled to the input's size: ReLU of the channels' activations weighted by
+    their mean gradient, in the score's units (for comparing maps and scoring them against a region)."""
     from monai.visualize import GradCAM
 
     if volume.ndim != 5 or volume.shape[0] != 1:
         raise ValueError(f"expected one volume of shape (1, C, D, H, W), got {tuple(volume.shape)}")
     net.eval()
-    cam = GradCAM(nn_module=net, target_layers=layer or default_layer(net, volume))
+    # MONAI's default post-processing maps (min, max) to (1, 0), flipping what matters: keep the map as computed.
+    cam = GradCAM(nn_module=net, target_layers=layer or default_layer(net, volume), postprocessing=lambda m: m)
     with torch.enable_grad():
         heatmap = cam(volume.float(), class_idx=target_class)
     return heatmap[0, 0].detach().cpu().numpy().astype(np.float32)
+
+
+def grad_cam(net: nn.Module, volume: torch.Tensor, target_class: int, layer: str | None = None) -> np.ndarray:
+    """Grad-CAM map of ``target_class`` for ``volume`` (1 x C x D x H x W), at the input's size, scaled
+    to [0, 1] by its maximum: 1 where the class score depends most on the volume, 0 where not at all."""
+    heatmap = grad_cam_map(net, volume, target_class, layer)
+    peak = float(heatmap.max())
+    return heatmap / peak if peak > 0 else heatmap
+
+
+def localisation_scores(heatmap: np.ndarray, region: np.ndarray, brain: np.ndarray, tolerance: int = 0) -> dict[str, float]:
+    """How well a map points at a region known to cause the class (all three arrays on one grid):
+
+    * ``pointing``: 1 if the map's peak lies in the region dilated by ``tolerance`` voxels, else 0
+      (the pointing game);
+    * ``energy_ratio``: the map's share of its sum over the brain that falls inside the region,
+      over the region's share of the brain's voxels (1: no better than a map spread evenly);
+    * ``auroc``: of the map's values inside the brain, region voxels against the rest (0.5: chance).
+    """
+    from scipy import ndimage
+    from sklearn.metrics import roc_auc_score
+
+    region, brain = region.astype(bool), brain.astype(bool)
+    if not (region & brain).any() or not (brain & ~region).any():
+        raise ValueError("the region must cover part of the brain, and not all of it")
+    target = ndimage.binary_dilation(region, iterations=tolerance) if tolerance else region
+    peak = np.unravel_index(int(np.argmax(heatmap)), heatmap.shape)
+    inside = region & brain
+    total = float(heatmap[brain].sum())
+    energy_share = float(heatmap[inside].sum()) / total if total > 0 else float("nan")
+    return {
+        "pointing": float(target[peak]),
+        "energy_ratio": energy_share / (inside.sum() / brain.sum()),
+        "auroc": float(roc_auc_score(region[brain], heatmap[brain])) if total > 0 else float("nan"),
+    }
 
 
 def slices_through_peak(volume: np.ndarray, heatmap: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -84,15 +137,42 @@ def save_overlay(path: Path, volume: np.ndarray, heatmap: np.ndarray, title: str
     figure.savefig(path, dpi=100)
 
 
-def explain_run(run_dir: Path, image: Path, target_class: int, out: Path, checkpoint: Path | None, layer: str | None) -> dict:
-    """Grad-CAM of a trained run for one volume; returns the written files."""
-    import nibabel as nib
-    from hydra.utils import instantiate
-    from omegaconf import OmegaConf
+def run_config(run_dir: Path) -> Any:
+    """A run's composed config, its paths resolvable outside Hydra (the run's working directory and folder)."""
+    from omegaconf import OmegaConf, open_dict
 
     cfg = OmegaConf.load(run_dir / ".hydra" / "config.yaml")
-    if "cache_dir" in cfg.data:  # only the preprocessing is used here, and ${hydra:...} paths resolve in a run only
-        cfg.data.cache, cfg.data.cache_dir = None, None
+    hydra_file = run_dir / ".hydra" / "hydra.yaml"
+    cwd = OmegaConf.select(OmegaConf.load(hydra_file), "hydra.runtime.cwd") if hydra_file.is_file() else None
+    with open_dict(cfg):
+        if "paths" in cfg:
+            cfg.paths.root_dir = cwd or str(Path.cwd())
+            cfg.paths.output_dir = str(run_dir)
+        if "cache_dir" in cfg.data:  # only the preprocessing is used here
+            cfg.data.cache, cfg.data.cache_dir = None, None
+    return cfg
+
+
+def class_index(datamodule: Any, target: str | int | None) -> int:
+    """A class given by name (``AD``) or index; ``None``: the disease class (``datamodule.positive_class``, else 1)."""
+    labels = list(getattr(datamodule, "labels", []))
+    if target is None:
+        return int(getattr(datamodule, "positive_class", 1))
+    if isinstance(target, str) and not target.isdigit():
+        if target not in labels:
+            raise ValueError(f"class {target!r} is not one of the run's classes {labels}")
+        return labels.index(target)
+    return int(target)
+
+
+def explain_run(run_dir: Path, image: Path, target_class: str | int | None, out: Path, checkpoint: Path | None,
+                layer: str | None) -> dict:
+    """Grad-CAM of a trained run for one volume; returns the written files. The default layer is the
+    last whose cells are at most :data:`MAX_CELL_MM` at the run's voxel spacing."""
+    import nibabel as nib
+    from hydra.utils import instantiate
+
+    cfg = run_config(run_dir)
     net = instantiate(cfg.model, _convert_="all")
     ckpt = checkpoint or run_dir / "checkpoints" / "last.ckpt"
     state = torch.load(ckpt, map_location="cpu", weights_only=True)["state_dict"]
@@ -100,21 +180,27 @@ def explain_run(run_dir: Path, image: Path, target_class: int, out: Path, checkp
     datamodule = instantiate(cfg.data, _convert_="all")
     if not hasattr(datamodule, "preprocessing"):
         raise ValueError(f"the run's data ({cfg.data._target_}) is not a volume datamodule; explain needs ADNI-style data")
+    target = class_index(datamodule, target_class)
     preprocessed = datamodule.preprocessing(keep_meta=True)({"image": str(image)})["image"]
     volume = torch.as_tensor(preprocessed)[None]
-    heatmap = grad_cam(net, volume, target_class, layer)
+    spacing = max(float(s) for s in datamodule.hparams.spacing) * getattr(datamodule.hparams, "downsample", 1)
+    layer = layer or default_layer(net, volume, max_stride=max(1, int(MAX_CELL_MM // spacing)))
+    heatmap = grad_cam_map(net, volume, target, layer)
     affine = np.asarray(preprocessed.affine, dtype=np.float64)
     out.mkdir(parents=True, exist_ok=True)
     stem = image.name.split(".")[0]
+    name = (datamodule.labels[target] if target < len(getattr(datamodule, "labels", [])) else f"class{target}")
     files = {
         "volume": out / f"{stem}_preprocessed.nii.gz",
-        "gradcam": out / f"{stem}_gradcam_class{target_class}.nii.gz",
-        "png": out / f"{stem}_gradcam_class{target_class}.png",
+        "gradcam": out / f"{stem}_gradcam_{name}.nii.gz",
+        "png": out / f"{stem}_gradcam_{name}.png",
     }
     nib.save(nib.Nifti1Image(volume[0, 0].numpy().astype(np.float32), affine), files["volume"])
-    nib.save(nib.Nifti1Image(heatmap, affine), files["gradcam"])
+    nib.save(nib.Nifti1Image(heatmap, affine), files["gradcam"])  # raw: the score's units, for scoring
+    peak = float(heatmap.max())
     try:
-        save_overlay(files["png"], volume[0, 0].numpy(), heatmap, f"{stem}: Grad-CAM of class {target_class} at {layer or 'the last conv block'}")
+        save_overlay(files["png"], volume[0, 0].numpy(), heatmap / peak if peak > 0 else heatmap,
+                     f"{stem}: Grad-CAM of {name} at {layer}")
     except ImportError:
         log.warning('no PNG: matplotlib is not installed (pip install "lightning-hybrid[plots]"); the NIfTI files are written')
         del files["png"]
@@ -122,14 +208,16 @@ def explain_run(run_dir: Path, image: Path, target_class: int, out: Path, checkp
 
 
 def explain_command(argv: list[str]) -> None:
-    """``lightning-hybrid explain --run RUN --image VOL [--class C] [--out DIR]``."""
+    """``lightning-hybrid explain --run RUN --image VOL [--class AD] [--out DIR]``."""
     parser = argparse.ArgumentParser(prog="lightning-hybrid explain", description=__doc__.split("\n\n")[0])
     parser.add_argument("--run", type=Path, required=True, help="a run folder of lightning-hybrid (with .hydra/)")
-    parser.add_argument("--image", type=Path, required=True, help="a NIfTI volume")
-    parser.add_argument("--class", dest="target_class", type=int, default=1, help="class to explain (AD = 1)")
+    parser.add_argument("--image", type=Path, required=True, help="a NIfTI volume or ClinicaDL .pt tensor")
+    parser.add_argument("--class", dest="target_class", default=None,
+                        help="class to explain, by name (AD) or index (default: the disease class)")
     parser.add_argument("--out", type=Path, default=Path("explain"))
     parser.add_argument("--checkpoint", type=Path, default=None, help="default: RUN/checkpoints/last.ckpt")
-    parser.add_argument("--layer", default=None, help="block to take Grad-CAM at (default: the last conv block)")
+    parser.add_argument("--layer", default=None, help=f"block to take Grad-CAM at (default: the last with cells of at "
+                        f"most {MAX_CELL_MM:g} mm)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     files = explain_run(args.run, args.image, args.target_class, args.out, args.checkpoint, args.layer)

@@ -117,7 +117,7 @@ def test_bad_settings(synth):
         ADNIDataModule(synth, task="AD_vs_cats")
     with pytest.raises(ValueError, match="divisible by downsample"):
         ADNIDataModule(synth, image_shape=(33, 32, 32), downsample=2)
-    with pytest.raises(FileNotFoundError, match="synth-adni"):
+    with pytest.raises(FileNotFoundError, match="make-adni-like"):
         ADNIDataModule(synth.parent / "missing.csv")
 
 
@@ -152,6 +152,8 @@ def test_disk_cache_decodes_each_volume_once(synth, tmp_path):
     dm = ADNIDataModule(synth, image_shape=(32, 32, 32), batch_size=4, augment=False, cache="disk", cache_dir=cache_dir)
     dm.setup()
     first = [x.clone() for x, _ in dm.train_dataloader()]
+    for index in range(len(dm.train_set)):  # the loader drops the last incomplete batch
+        dm.train_set[index]
     assert len(list(cache_dir.glob("*.pt"))) == len(dm.splits["train"])  # one preprocessed file per training scan
     dm2 = ADNIDataModule(synth, image_shape=(32, 32, 32), batch_size=4, augment=False, cache="disk", cache_dir=cache_dir)
     dm2.setup()
@@ -166,12 +168,12 @@ def test_memory_cache_persists_between_runs_in_cache_dir(synth, tmp_path, monkey
     dm.setup()
     assert len(list((tmp_path / "c").glob("*.pt"))) == sum(len(v) for v in dm.splits.values())
     first = torch.stack([x for x, _ in dm.train_set])
-    from monai.transforms import LoadImaged
+    from lightning_hybrid.data.volumes import LoadVolumed
 
-    def no_decoding(self, data, reader=None):
+    def no_decoding(self, data):
         raise AssertionError("a cached volume was decoded again")
 
-    monkeypatch.setattr(LoadImaged, "__call__", no_decoding)
+    monkeypatch.setattr(LoadVolumed, "__call__", no_decoding)
     again = ADNIDataModule(synth, **settings)
     again.setup()  # every volume read from the disk cache
     assert torch.equal(torch.stack([x for x, _ in again.train_set]), first)
@@ -211,7 +213,7 @@ def test_augmentation_runs_on_the_transferred_training_batch(synth):
 def test_a_split_asked_for_but_empty_is_refused_with_the_cohorts_numbers(synth):
     """24 synthetic subjects hold 6 AD and 6 NC: a test fraction of 0.05 rounds to 0 subjects per class."""
     dm = ADNIDataModule(synth, val_fraction=0.2, test_fraction=0.05, **SMALL)
-    with pytest.raises(ValueError, match=r"the test split is empty.*12 subjects \(6 AD, 6 NC;.*data.test_fraction=0.05"):
+    with pytest.raises(ValueError, match=r"the test split is empty.*12 subjects \(6 AD, 6 CN;.*data.test_fraction=0.05"):
         dm.setup()
     dm = ADNIDataModule(synth, val_fraction=0.2, test_fraction=0.0, **SMALL)
     dm.setup()  # asked for none: no test set, no error

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "lightning_hybrid"
-ALGORITHMS = {"balance", "comm", "devices", "models", "parameter_server", "partition", "pipeline", "placement", "sim"}
+ALGORITHMS = {"balance", "comm", "devices", "metrics", "models", "parameter_server", "partition", "pipeline", "placement", "sim"}
 GLUE = {"callbacks", "classifier", "cli", "data", "explain", "strategies"}
 LIGHTNING = ("pytorch_lightning", "lightning_fabric", "lightning")
 MODULES = sorted(p for p in PACKAGE.rglob("*.py"))

@@ -7,8 +7,10 @@ import numpy as np
 import pytest
 import torch
 
+from torch import nn
+
 from conftest import Zygote, clean_env, run_cli
-from lightning_hybrid.explain import default_layer, grad_cam, save_overlay, slices_through_peak
+from lightning_hybrid.explain import default_layer, grad_cam, grad_cam_map, save_overlay, slices_through_peak
 from lightning_hybrid.models import ResAttNet3D
 
 
@@ -16,11 +18,44 @@ def test_grad_cam_map_has_the_input_shape_and_is_not_constant():
     torch.manual_seed(0)
     net = ResAttNet3D(depth=18, base_channels=4)
     volume = torch.randn(1, 1, 32, 40, 32)
-    # stage 2 (1/8: 4 x 5 x 4 voxels) is the last with at least 4 voxels per axis; stage 3 has 2 x 3 x 2
-    assert default_layer(net, volume) == "layer2_1"
+    # stage 1 (1/4: cells of 4 voxels, 6 mm at 1.5 mm) is the last whose cells span at most 4 voxels
+    assert default_layer(net, volume) == "layer1_1"
+    assert default_layer(net, volume, max_stride=8) == "layer2_1"
     heatmap = grad_cam(net, volume, target_class=1)
     assert heatmap.shape == (32, 40, 32) and heatmap.dtype == np.float32
-    assert heatmap.std() > 0.01 and 0.0 <= heatmap.min() and heatmap.max() <= 1.0
+    assert heatmap.std() > 0.01 and 0.0 <= heatmap.min() and heatmap.max() == 1.0
+
+
+class _BoxScore(nn.Module):
+    """Class 1's score: the mean feature inside one box; class 0's: 0. Nothing outside the box matters."""
+
+    def __init__(self, box: tuple[slice, ...]) -> None:
+        super().__init__()
+        self.box = box
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        inside = features[(slice(None), slice(None), *self.box)].mean(dim=(1, 2, 3, 4))
+        return torch.stack([torch.zeros_like(inside), inside], dim=1)
+
+
+def test_the_maps_maximum_lies_in_the_only_region_the_class_score_depends_on():
+    """MONAI's default post-processing maps (min, max) to (1, 0): its peak was the least important voxel."""
+    torch.manual_seed(0)
+    box = (slice(4, 14), slice(6, 18), slice(8, 20))
+    features = nn.Sequential(nn.Conv3d(1, 4, 3, padding=1), nn.ReLU())
+    nn.init.constant_(features[0].weight, 1.0 / 27)
+    nn.init.zeros_(features[0].bias)
+    net = nn.Sequential()
+    net.add_module("features", features)
+    net.add_module("head", _BoxScore(box))
+    volume = torch.rand(1, 1, 24, 24, 28) * 0.2
+    volume[0, 0, 7:10, 10:13, 12:15] += 1.0  # one bright blob, inside the box
+    heatmap = grad_cam(net, volume, target_class=1)
+    peak = np.unravel_index(int(np.argmax(heatmap)), heatmap.shape)
+    assert all(s.start <= p < s.stop for p, s in zip(peak, box)), f"peak {peak} outside the box {box}"
+    assert heatmap[7:10, 10:13, 12:15].mean() > 3 * heatmap.mean()  # the blob stands out, not the background
+    raw = grad_cam_map(net, volume, target_class=1)
+    assert np.allclose(raw / raw.max(), heatmap) and raw.min() >= 0
 
 
 def test_the_slices_go_through_the_maps_peak_and_the_png_shows_the_map_in_colour(tmp_path):
@@ -51,14 +86,14 @@ def test_explain_command_end_to_end(tmp_path):
     )
     image = next((tmp_path / "synth" / "images").iterdir())
     proc = Zygote.run(
-        ["-m", "lightning_hybrid.cli", "explain", "--run", str(run_dir), "--image", str(image), "--class", "1",
+        ["-m", "lightning_hybrid.cli", "explain", "--run", str(run_dir), "--image", str(image),
          "--out", str(tmp_path / "explain")], clean_env(), tmp_path, timeout=240,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     stem = image.name.split(".")[0]
-    cam = nib.load(tmp_path / "explain" / f"{stem}_gradcam_class1.nii.gz")
+    cam = nib.load(tmp_path / "explain" / f"{stem}_gradcam_AD.nii.gz")  # the disease class by default
     volume = nib.load(tmp_path / "explain" / f"{stem}_preprocessed.nii.gz")
     assert cam.shape == volume.shape == (32, 32, 32)
     assert np.allclose(cam.affine, volume.affine)  # aligned: same grid, same world coordinates
     assert nib.aff2axcodes(cam.affine) == ("R", "A", "S")
-    assert (tmp_path / "explain" / f"{stem}_gradcam_class1.png").read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / "explain" / f"{stem}_gradcam_AD.png").read_bytes()[:4] == b"\x89PNG"

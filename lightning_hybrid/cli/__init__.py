@@ -31,8 +31,8 @@ from lightning_hybrid.cli.plan import plan_command
 @hydra.main(version_base="1.3", config_path="pkg://lightning_hybrid.configs", config_name="train")
 def _hydra_train(cfg: DictConfig) -> float | None:
     metrics = train(cfg)
-    # A sweeper (e.g. Optuna) optimizes the returned value.
-    return metrics.get("test/acc", metrics.get("val/acc"))
+    # A sweeper (e.g. Optuna) optimizes the returned value: balanced accuracy where it is reported (ADNI).
+    return next((metrics[k] for k in ("test/bacc", "test/acc", "val/bacc", "val/acc") if k in metrics), None)
 
 
 def explain_command(argv: list[str]) -> None:

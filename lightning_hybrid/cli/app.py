@@ -79,8 +79,23 @@ def progress_as_lines(cfg: DictConfig, stream: Any = None) -> bool:
     return mode == "log" or (mode == "auto" and not stream.isatty())
 
 
-def build_callbacks(cfg: DictConfig) -> list[pl.Callback]:
-    callbacks = [build(c) for c in (cfg.get("callbacks") or {}).values()]
+#: What ``monitor: auto`` means for a datamodule that does not say (``datamodule.monitor``).
+DEFAULT_MONITOR = ("val/acc", "max")
+
+
+def build_callbacks(cfg: DictConfig, datamodule: Any = None) -> list[pl.Callback]:
+    """The configured callbacks; ``monitor: auto`` becomes the datamodule's metric (``datamodule.monitor``:
+    ADNI's ``val/bacc``), or ``val/acc``; ``mode: auto`` its direction (a loss: min, anything else: max)."""
+    monitor, mode = getattr(datamodule, "monitor", DEFAULT_MONITOR)
+    callbacks = []
+    for c in (cfg.get("callbacks") or {}).values():
+        chosen = {}
+        if c.get("monitor") == "auto":
+            chosen["monitor"] = monitor
+        if c.get("mode") == "auto":
+            named = chosen.get("monitor", c.get("monitor"))
+            chosen["mode"] = mode if named == monitor else "min" if "loss" in str(named) else "max"
+        callbacks.append(build(c, **chosen))
     sim = build(cfg.sim)
     if sim.active:
         callbacks.append(sim)
@@ -197,7 +212,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
         # The suite's strategies save atomically; Lightning's own (ddp, single) get the same plugin.
         own_io = getattr(strategy, "_checkpoint_io", None) is not None
         trainer: pl.Trainer = build(
-            cfg.trainer, strategy=strategy, callbacks=build_callbacks(cfg), logger=loggers or False,
+            cfg.trainer, strategy=strategy, callbacks=build_callbacks(cfg, datamodule), logger=loggers or False,
             plugins=[] if own_io else [AtomicCheckpointIO()],
             **({"enable_progress_bar": False} if progress_as_lines(cfg) else {}),
         )

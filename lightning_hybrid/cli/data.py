@@ -1,4 +1,4 @@
-"""`lightning-hybrid data ...`: the subcommands that write data sets (synth-adni, pack, augment-mnist)."""
+"""`lightning-hybrid data ...`: the subcommands that write data sets (make-adni-like, synth-adni, pack, augment-mnist)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ log = logging.getLogger("lightning_hybrid")
 
 
 def data_command(argv: list[str]) -> None:
-    """``lightning-hybrid data synth-adni --out DIR --subjects N``: write synthetic data sets;
+    """``lightning-hybrid data make-adni-like OUT --subjects N``: an ADNI-like cohort from real anatomy in
+    ClinicaDL's layout (CAPS, TSVs, split folders; :mod:`lightning_hybrid.data.adni_like`);
+    ``lightning-hybrid data synth-adni --out DIR --subjects N``: synthetic geometric volumes and a CSV;
     ``lightning-hybrid data pack --root MNIST_DIR --out STORE``: MNIST as a shard store;
     ``lightning-hybrid data augment-mnist --root MNIST_DIR --out STORE --samples N``: MNIST's training
     digits expanded with elastic and affine distortions to N samples, as a shard store (cNeural)."""
@@ -18,6 +20,18 @@ def data_command(argv: list[str]) -> None:
 
     parser = argparse.ArgumentParser(prog="lightning-hybrid data", description="Write data sets.")
     commands = parser.add_subparsers(dest="command", required=True)
+    like = commands.add_parser("make-adni-like", help="an ADNI-like cohort from real anatomy (Colin27, AAL) in "
+                               "ClinicaDL's layout: CAPS t1-linear images, atrophy masks, TSVs, split folders")
+    like.add_argument("out", help="folder to write caps/, labels.tsv, split/ and truth.tsv into")
+    like.add_argument("--subjects", type=int, default=240, help="subjects in all, split evenly over the diagnoses")
+    like.add_argument("--diagnoses", nargs="+", default=["AD", "CN"], help="e.g. AD CN, or pMCI sMCI, or AD CN sMCI pMCI")
+    like.add_argument("--seed", type=int, default=0)
+    like.add_argument("--hippocampus-mm", type=float, default=None, help="hippocampal boundary moved inwards at severity 1")
+    like.add_argument("--ventricles-mm", type=float, default=None, help="ventricular boundary moved outwards at severity 1")
+    like.add_argument("--followup-fraction", type=float, default=None, help="share of subjects with a 12-month session")
+    like.add_argument("--templates", default=None, help="folder with ch2.nii.gz, ch2bet.nii.gz, aal.nii.gz "
+                      "(default: Debian's mricron-data, /usr/share/mricron/templates)")
+    like.add_argument("--workers", type=int, default=None, help="processes (default: the machine's cores)")
     synth = commands.add_parser("synth-adni", help="synthetic ADNI-like NIfTI volumes and their CSV")
     synth.add_argument("--out", required=True, help="folder to write images/ and adni.csv into")
     synth.add_argument("--subjects", type=int, default=40)
@@ -75,6 +89,25 @@ def data_command(argv: list[str]) -> None:
         elapsed = time.perf_counter() - start
         log.info("%d samples in %d shards in %.1f s (%.0f samples/s): %s", store.num_samples, store.num_shards,
                  elapsed, store.num_samples / max(elapsed, 1e-9), args.out)
+        return
+    if args.command == "make-adni-like":
+        from dataclasses import replace
+
+        from lightning_hybrid.data.adni_like import MRICRON_TEMPLATES, CohortSettings, TemplateNotFoundError, write_cohort
+
+        if args.subjects < len(args.diagnoses):
+            raise SystemExit(f"--subjects {args.subjects}: at least one per diagnosis ({len(args.diagnoses)}) is needed")
+        counts = {d: args.subjects // len(args.diagnoses) + (i < args.subjects % len(args.diagnoses))
+                  for i, d in enumerate(args.diagnoses)}
+        chosen = {"hippocampus_mm": args.hippocampus_mm, "ventricles_mm": args.ventricles_mm,
+                  "followup_fraction": args.followup_fraction}
+        settings = replace(CohortSettings(subjects=counts, seed=args.seed), **{k: v for k, v in chosen.items() if v is not None})
+        try:
+            out = write_cohort(args.out, settings, args.templates or MRICRON_TEMPLATES, workers=args.workers)
+        except (TemplateNotFoundError, ValueError) as err:
+            raise SystemExit(str(err)) from None
+        log.info("CAPS: %s/caps; TSVs: %s/labels.tsv and %s/split (train with data=adni_caps data.caps_directory=%s/caps "
+                 "data.tsv_path=%s/split data.split=0)", out, out, out, out, out)
         return
     csv_path = write_synthetic_adni(args.out, subjects=args.subjects, shape=tuple(args.shape), seed=args.seed)
     log.info("CSV: %s", csv_path)

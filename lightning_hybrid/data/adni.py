@@ -1,4 +1,5 @@
-"""ADNI structural MRI for AD vs NC and pMCI vs sMCI, preprocessed with MONAI, split by subject."""
+"""ADNI structural MRI for AD vs CN and pMCI vs sMCI: ClinicaDL's CAPS and TSVs or a CSV, split by
+subject with leakage refused, preprocessed with MONAI."""
 
 from __future__ import annotations
 
@@ -9,112 +10,75 @@ import logging
 import os
 import time
 from collections import Counter, defaultdict
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Sequence
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import nibabel as nib
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from lightning_hybrid.data import clinicadl
 from lightning_hybrid.data.base import InMemoryDataModule
+from lightning_hybrid.data.clinicadl import ClinicaDLFormatError, Row
+from lightning_hybrid.data.leakage import Scan, check_leakage
 from lightning_hybrid.data.volume_augment import VolumeAugment
+from lightning_hybrid.data.volumes import BadItemError, InspectionCache
 
 log = logging.getLogger(__name__)
 
-#: Column names accepted for each field (case-insensitive): ADNI's usual spellings.
+#: Column names a CSV may use for each field (case-insensitive): ADNI's usual spellings.
 COLUMNS = {
-    "subject_id": ("subject_id", "subject", "ptid", "rid", "subject id"),
+    "subject_id": ("subject_id", "participant_id", "subject", "ptid", "rid", "subject id"),
     "image": ("image", "path", "file", "filename", "image_path", "image path"),
     "diagnosis": ("diagnosis", "dx", "dx_bl", "group", "research group", "label"),
 }
-#: Diagnosis spellings to the canonical labels.
-DIAGNOSES = {
-    "ad": "AD", "dementia": "AD", "alzheimer's disease": "AD",
-    "nc": "NC", "cn": "NC", "normal": "NC", "control": "NC",
-    "smci": "sMCI", "stable mci": "sMCI", "pmci": "pMCI", "progressive mci": "pMCI",
-    "mci": "MCI", "emci": "MCI", "lmci": "MCI",
-}
+#: Optional CSV column of the session (visit): baseline evaluation needs it.
+SESSION_COLUMNS = ("session_id", "session", "viscode", "visit")
 #: Part of the disk cache's keys: raise it when :meth:`ADNIDataModule.preprocessing` changes.
-PREPROCESSING_VERSION = 1
-#: Task: (label 0, label 1).
-TASKS = {"AD_vs_NC": ("NC", "AD"), "pMCI_vs_sMCI": ("sMCI", "pMCI")}
+PREPROCESSING_VERSION = 2
+#: Tasks by name: the diagnoses they compare (ClinicaDL's ``diagnoses``).
+TASKS = {"AD_vs_CN": ("AD", "CN"), "AD_vs_NC": ("AD", "CN"), "pMCI_vs_sMCI": ("pMCI", "sMCI")}
 
 
-class BadItemError(ValueError):
-    """A CSV row or an image file the datamodule cannot use; the message names it."""
-
-
-@dataclass
-class Scan:
-    subject: str
-    path: Path
-    label: int
-    row: int
-
-
-def _column(header: Sequence[str], field: str, csv_path: Path) -> str:
+def _column(header: Sequence[str], field: str, csv_path: Path) -> str | None:
     lowered = {h.strip().lower(): h for h in header}
-    for alias in COLUMNS[field]:
-        if alias in lowered:
-            return lowered[alias]
-    raise BadItemError(
-        f"{csv_path}: no {field!r} column (accepted names: {', '.join(COLUMNS[field])}); columns are {list(header)}"
-    )
+    return next((lowered[alias] for alias in COLUMNS.get(field, SESSION_COLUMNS) if alias in lowered), None)
 
 
-def check_volume(path: Path) -> None:
-    """Raise BadItemError naming ``path`` unless it is a readable 3D NIfTI volume."""
-    if not path.is_file():
-        raise BadItemError(f"{path}: no such file")
-    try:
-        image = nib.load(path)
-        shape = image.shape
-        np.asanyarray(image.dataobj)  # decode it all: truncated files fail here
-    except Exception as err:  # nibabel raises many types for damaged files
-        raise BadItemError(f"{path}: not a readable NIfTI volume ({type(err).__name__}: {err})") from err
-    if len(shape) != 3:
-        raise BadItemError(f"{path}: a {len(shape)}D image of shape {shape}; a 3D structural volume is needed")
-
-
-def read_scans(csv_path: Path, root: Path | None, task: str, on_bad_file: str) -> tuple[list[Scan], list[str]]:
-    """The task's scans from the CSV, and what was skipped (with ``on_bad_file="skip"``)."""
-    negative, positive = TASKS[task]
-    scans, skipped, excluded = [], [], Counter()
+def read_csv_rows(csv_path: Path, root: Path | None, skipped: list[str] | None = None) -> list[tuple[Row, Path]]:
+    """The rows of a comma-separated cohort table with a subject, an image path (relative to the CSV's
+    folder or ``root``, or absolute), a diagnosis and optionally a session column: ADNI's usual names.
+    A row with an unknown diagnosis raises BadItemError, or is listed in ``skipped`` when that is given."""
+    rows = []
     with open(csv_path, newline="") as f:
         reader = csv.DictReader(f)
         header = reader.fieldnames or []
         columns = {field: _column(header, field, csv_path) for field in COLUMNS}
-        for number, row in enumerate(reader, start=2):  # line 1 is the header
-            try:
-                raw = (row[columns["diagnosis"]] or "").strip()
-                diagnosis = DIAGNOSES.get(raw.lower())
-                if diagnosis is None:
-                    raise BadItemError(
-                        f"{csv_path}, line {number}: unknown diagnosis {raw!r} (known: AD, NC/CN, sMCI, pMCI, MCI "
-                        "and ADNI's spellings)"
-                    )
-                if diagnosis not in (negative, positive):
-                    excluded[diagnosis] += 1
-                    continue
-                image = Path(row[columns["image"]].strip())
-                if not image.is_absolute():
-                    image = (root or csv_path.parent) / image
-                check_volume(image)
-                subject = row[columns["subject_id"]].strip()
-                scans.append(Scan(subject, image, int(diagnosis == positive), number))
-            except BadItemError as err:
-                if on_bad_file == "error":
-                    raise
-                skipped.append(str(err))
-    if excluded:
-        log.info("%s: %s not part of task %s", csv_path, dict(excluded), task)
-    if skipped:
-        log.warning("skipped %d bad item(s) (on_bad_file='skip'):\n  %s", len(skipped), "\n  ".join(skipped))
-    return scans, skipped
+        for field, name in columns.items():
+            if name is None:
+                hint = " (a ClinicaDL TSV? pass caps_directory and tsv_path)" if "\t" in ",".join(header) else ""
+                raise BadItemError(f"{csv_path}: no {field!r} column (accepted names: {', '.join(COLUMNS[field])}); "
+                                   f"columns are {list(header)}{hint}")
+        session_column = _column(header, "session", csv_path)
+        for line, record in enumerate(reader, start=2):  # line 1 is the header
+            label = clinicadl.diagnosis_label(record[columns["diagnosis"]] or "")
+            if label is None:
+                error = BadItemError(
+                    f"{csv_path}, line {line}: unknown diagnosis {(record[columns['diagnosis']] or '').strip()!r} "
+                    "(known: AD, CN/NC, sMCI, pMCI, MCI and ADNI's spellings)"
+                )
+                if skipped is None:
+                    raise error
+                skipped.append(str(error))
+                continue
+            image = Path(record[columns["image"]].strip())
+            if not image.is_absolute():
+                image = (root or csv_path.parent) / image
+            session = (record[session_column] or "").strip() if session_column else ""
+            rows.append((Row(record[columns["subject_id"]].strip(), session, label, csv_path, line), image))
+    return rows
 
 
 def split_subjects(
@@ -153,19 +117,19 @@ def split_subjects(
 
 
 def check_splits(
-    splits: dict[str, Sequence[Scan]], scans: Sequence[Scan], fractions: dict[str, float | None], task: str
+    splits: dict[str, Sequence[Scan]], scans: Sequence[Scan], fractions: dict[str, float | None], labels: Sequence[str]
 ) -> None:
     """Raise a ValueError naming the cohort's numbers when a split asked for (fraction > 0, or a
-    cross-validation fold: ``None``) came out empty: its metrics would silently be missing."""
+    cross-validation fold or split file: ``None``) came out empty: its metrics would silently be missing."""
     for split, fraction in fractions.items():
         if splits[split] or fraction == 0:
             continue
-        negative, positive = TASKS[task]
-        subjects = {label: len({s.subject for s in scans if s.label == label}) for label in (0, 1)}
-        asked = f"data.{split}_fraction={fraction}" if fraction is not None else "the cross-validation fold"
+        subjects = {label: len({s.subject for s in scans if s.label == index}) for index, label in enumerate(labels)}
+        counts = ", ".join(f"{n} {label}" for label, n in subjects.items())
+        asked = f"data.{split}_fraction={fraction}" if fraction is not None else "the cross-validation fold or split file"
         raise ValueError(
-            f"ADNI {task}: the {split} split is empty. The cohort has {len({s.subject for s in scans})} subjects "
-            f"({subjects[1]} {positive}, {subjects[0]} {negative}; {len(scans)} scans) and {asked} rounds to 0 subjects "
+            f"ADNI {' vs '.join(labels)}: the {split} split is empty. The cohort has {len({s.subject for s in scans})} "
+            f"subjects ({counts}; {len(scans)} scans) and {asked} gives 0 subjects "
             f"per class (splits are by subject, stratified by class). Use a larger cohort (more subjects per class), "
             f"raise data.{split}_fraction, or set data.{split}_fraction=0 to go without a {split} set."
         )
@@ -173,81 +137,118 @@ def check_splits(
 
 class _Volumes(Dataset):
     """Preprocessed volumes as ``(image, label)`` pairs of plain tensors, optionally through a random
-    augmentation (run in the DataLoader's workers)."""
+    augmentation (run in the DataLoader's workers). With ``keys`` (evaluation), ``(image, label, key)``:
+    ``key`` is ``[index in this split, subject code]``, so that metrics count each scan once under a
+    distributed sampler's padding and can average a subject's scans."""
 
-    def __init__(self, preprocessed: Sequence[Any] | Dataset, augmentation: Any = None) -> None:
-        self.preprocessed, self.augmentation = preprocessed, augmentation
+    def __init__(self, preprocessed: Sequence[Any] | Dataset, augmentation: Any = None,
+                 keys: Sequence[tuple[int, int]] | None = None) -> None:
+        self.preprocessed, self.augmentation, self.keys = preprocessed, augmentation, keys
 
     def __len__(self) -> int:
         return len(self.preprocessed)
 
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, ...]:
         item = self.preprocessed[index]
         if self.augmentation is not None:
             item = self.augmentation(dict(item))
-        return torch.as_tensor(item["image"]).float(), torch.tensor(item["label"], dtype=torch.long)
+        image, label = torch.as_tensor(item["image"]).float(), torch.tensor(item["label"], dtype=torch.long)
+        if self.keys is None:
+            return image, label
+        return image, label, torch.tensor(self.keys[index], dtype=torch.long)
 
 
-def preprocess_all(dataset: Dataset, threads: int, what: str) -> list[Any]:
-    """Every item of ``dataset`` (its deterministic preprocessing, done or read from the disk cache),
-    ``threads`` at a time, logging progress."""
-    total, done, items = len(dataset), 0, [None] * len(dataset)
+def in_threads(function: Any, items: Sequence[Any], threads: int, what: str) -> list[Any]:
+    """``function`` of every item, ``threads`` at a time, in order, logging progress."""
+    total, results = len(items), [None] * len(items)
     start = time.perf_counter()
     every = max(1, total // 10)
     with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
-        for index, item in zip(range(total), pool.map(dataset.__getitem__, range(total))):
-            items[index] = item
-            done += 1
-            if done % every == 0 or done == total:
+        for index, result in enumerate(pool.map(function, items)):
+            results[index] = result
+            if (index + 1) % every == 0 or index + 1 == total:
                 elapsed = time.perf_counter() - start
-                log.info("%s: %d/%d volumes preprocessed (%.1f/s)", what, done, total, done / max(elapsed, 1e-9))
-    return items
+                log.info("%s: %d/%d (%.1f/s)", what, index + 1, total, (index + 1) / max(elapsed, 1e-9))
+    return results
 
 
 class ADNIDataModule(InMemoryDataModule):
-    """Structural MRI (NIfTI) listed in a CSV, for ``task="AD_vs_NC"`` or ``"pMCI_vs_sMCI"``.
+    """Structural MRI of AD vs CN or pMCI vs sMCI, as ClinicaDL's users have it or listed in a CSV.
 
-    The CSV needs a subject, an image path (relative to the CSV's folder or ``root``, or absolute)
-    and a diagnosis column; ADNI's usual column names and diagnosis spellings are accepted. Scans
-    are split by subject (all of a subject's scans in one split), stratified by class and seeded,
-    optionally as a k-fold. Preprocessing with MONAI: canonical (RAS) orientation, resampling to
-    ``spacing`` mm, intensity normalization over the non-zero voxels, crop or pad to
-    ``image_shape``, optional downsampling by an integer factor.
+    **ClinicaDL's outputs** (``caps_directory`` and ``tsv_path``, ClinicaDL's parameter names): the
+    t1-linear image of each session in the CAPS folder (``use_uncropped_image`` for the uncropped
+    one; ClinicaDL's extracted ``.pt`` tensor where ``clinicadl prepare-data`` wrote one). ``tsv_path``
+    is a TSV (``participant_id``, ``session_id``, ``diagnosis``: split here by subject) or one of
+    ClinicaDL's split folders, used as given: a single split (``train.tsv``,
+    ``validation_baseline.tsv``), a k-fold folder (``split-<k>`` folders, ``split`` picks one), or the
+    ``split/`` folder of ``tsvtools split`` holding ``test_baseline.tsv`` and its k-fold. ``baseline``
+    trains on baseline sessions only; validation and test use baseline sessions unless
+    ``valid_longitudinal`` (as ClinicaDL, and as the field reports).
+
+    **A CSV** (``csv_path``): a subject, an image path (relative to the CSV's folder or ``root``, or
+    absolute), a diagnosis and optionally a session column; ADNI's usual column names and diagnosis
+    spellings are accepted. Split here by subject (stratified by class, seeded), optionally as a k-fold.
+
+    Labels are ClinicaDL's (``CN``, ``AD``, ``sMCI``, ``pMCI``; ``NC`` and ``Dementia`` are read as
+    ``CN`` and ``AD``) and so is the class order (sorted: AD 0, CN 1; pMCI 0, sMCI 1): a checkpoint's
+    class 0 is the disease in both tasks. ``diagnoses`` picks the labels (``task`` names a pair).
+
+    **Leakage is refused before training** (:mod:`lightning_hybrid.data.leakage`): ADNI's three
+    spellings of a subject (PTID ``002_S_0295``, BIDS ``sub-ADNI002S0295``, RID ``295``) are one
+    subject and ``ses-M00`` is ``ses-M000``; a session listed twice, a subject in two splits and the
+    same image under two names (its voxels' hash) each stop the run naming the offenders.
+
+    Preprocessing with MONAI: canonical (RAS) orientation, resampling to ``spacing`` mm, intensity
+    normalization over the non-zero voxels, crop or pad to ``image_shape`` about the centre (the
+    default, 112 x 136 x 112 voxels of 1.5 mm, holds a whole brain: t1-linear's cropped field of view
+    is 169 x 208 x 179 mm), optional downsampling by an integer factor.
 
     Feeding a GPU: the deterministic preprocessing runs once per volume. ``cache="memory"`` holds
     the preprocessed volumes in memory (built at setup, ``preprocess_threads`` at a time),
     ``"disk"`` reads them from ``cache_dir`` at every access, ``None`` preprocesses at every
     access. With ``cache_dir`` set they also persist there between runs (MONAI's
-    ``PersistentDataset``, keyed by the file and the preprocessing settings), so a later run, or
-    another process of this one, reads instead of preprocessing. Training augmentation (random
-    flips, small affine transforms, Gaussian noise) runs on the batch after it reached the training
-    device (``augment_on="device"``: :class:`~lightning_hybrid.data.volume_augment.VolumeAugment`,
-    a few batched tensor operations) or per sample in the DataLoader's workers
-    (``augment_on="workers"``, MONAI's random transforms). Loaders use ``num_workers`` worker
-    processes (``"auto"``: 2 when augmenting on the device, else up to 8 within this process's
-    share of the cores), kept alive between epochs, pinned memory when CUDA is present
-    (``pin_memory="auto"``; Lightning then copies batches to the GPU without blocking) and
-    ``prefetch_factor`` batches in flight per worker.
+    ``PersistentDataset``, keyed by the file and the preprocessing settings), as do the volumes'
+    checks and hashes, so a later run, or another process of this one, reads instead of decoding.
+    Training augmentation (random flips, small affine transforms, Gaussian noise) runs on the batch
+    after it reached the training device (``augment_on="device"``:
+    :class:`~lightning_hybrid.data.volume_augment.VolumeAugment`, a few batched tensor operations)
+    or per sample in the DataLoader's workers (``augment_on="workers"``, MONAI's random transforms).
+    Loaders use ``num_workers`` worker processes (``"auto"``: 2 when augmenting on the device, else
+    up to 8 within this process's share of the cores), kept alive between epochs, pinned memory when
+    CUDA is present (``pin_memory="auto"``) and ``prefetch_factor`` batches in flight per worker.
+
+    Validation and test batches are ``(image, label, key)`` (see :class:`_Volumes`); the
+    :class:`~lightning_hybrid.ClassifierModule` reports balanced accuracy, sensitivity, specificity and
+    AUC per scan and per subject from them, and ``val/bacc`` picks checkpoints (:attr:`monitor`).
 
     A missing, corrupt, truncated, 2D or 4D image, an unknown diagnosis or a missing column raise
-    an error naming the file or CSV line; with ``on_bad_file="skip"`` bad rows are skipped, counted
+    an error naming the file or line; with ``on_bad_file="skip"`` bad images are skipped, counted
     and listed in the log.
 
     Example::
 
-        >>> # lightning-hybrid data synth-adni --out synth --subjects 40
+        >>> # lightning-hybrid data make-adni-like cohort --subjects 40
+        >>> dm = ADNIDataModule(caps_directory="cohort/caps", tsv_path="cohort/split", split=0)  # doctest: +SKIP
         >>> dm = ADNIDataModule("synth/adni.csv", image_shape=(64, 64, 64), batch_size=4)  # doctest: +SKIP
     """
 
-    num_classes = 2
     drop_last_train = True  # small 3D batches and BatchNorm: never a training batch of one
+    #: The metric that picks checkpoints and stops early, and its direction (the CLI's ``monitor=auto``).
+    monitor = ("val/bacc", "max")
 
     def __init__(
         self,
-        csv_path: str | Path,
+        csv_path: str | Path | None = None,
         root: str | Path | None = None,
-        task: str = "AD_vs_NC",
-        image_shape: Sequence[int] = (96, 112, 96),
+        caps_directory: str | Path | None = None,
+        tsv_path: str | Path | None = None,
+        split: int | None = None,
+        baseline: bool = False,
+        valid_longitudinal: bool = False,
+        use_uncropped_image: bool = False,
+        diagnoses: Sequence[str] | None = None,
+        task: str = "AD_vs_CN",
+        image_shape: Sequence[int] = (112, 136, 112),
         batch_size: int = 6,
         seed: int = 0,
         on_bad_file: str = "error",
@@ -265,10 +266,30 @@ class ADNIDataModule(InMemoryDataModule):
         pin_memory: bool | str = "auto",
         prefetch_factor: int = 4,
         preprocess_threads: int = 4,
+        skip_leak_check: bool = False,
     ) -> None:
         super().__init__()
-        if task not in TASKS:
-            raise ValueError(f"unknown task {task!r}; choose one of {sorted(TASKS)}")
+        if diagnoses is None:
+            if task not in TASKS:
+                raise ValueError(f"unknown task {task!r}; choose one of {sorted(TASKS)}, or set diagnoses=[...]")
+            diagnoses = TASKS[task]
+        unknown = [d for d in diagnoses if clinicadl.diagnosis_label(d) is None]
+        if unknown or len(set(diagnoses)) < 2:
+            raise ValueError(f"diagnoses must be two or more of AD, CN, MCI, sMCI, pMCI; got {list(diagnoses)}")
+        if (csv_path is None) == (caps_directory is None):
+            raise ValueError("give either csv_path (a CSV of images) or caps_directory and tsv_path (ClinicaDL's "
+                             f"outputs); got csv_path={csv_path!r}, caps_directory={caps_directory!r}")
+        if caps_directory is not None:
+            if tsv_path is None:
+                raise ValueError("caps_directory needs tsv_path: a ClinicaDL TSV or split folder (clinicadl tsvtools)")
+            if not (Path(caps_directory) / "subjects").is_dir():
+                raise FileNotFoundError(f"{caps_directory} is not a CAPS folder (no subjects/ in it); "
+                                        "an ADNI-like one: lightning-hybrid data make-adni-like OUT")
+            if not Path(tsv_path).exists():
+                raise FileNotFoundError(f"tsv_path {tsv_path}: no such TSV file or split folder")
+        elif not Path(csv_path).is_file():
+            raise FileNotFoundError(f"ADNI CSV {csv_path} not found (ClinicaDL's outputs: caps_directory and tsv_path; "
+                                    "an ADNI-like cohort: lightning-hybrid data make-adni-like OUT)")
         if on_bad_file not in ("error", "skip"):
             raise ValueError(f"on_bad_file must be 'error' or 'skip', got {on_bad_file!r}")
         if len(image_shape) != 3 or downsample < 1 or any(int(s) % downsample for s in image_shape):
@@ -283,24 +304,161 @@ class ADNIDataModule(InMemoryDataModule):
             raise ValueError(f"augment_on must be 'device' or 'workers', got {augment_on!r}")
         if not (num_workers == "auto" or (isinstance(num_workers, int) and num_workers >= 0)):
             raise ValueError(f"num_workers must be 'auto' or a non-negative integer, got {num_workers!r}")
-        if not Path(csv_path).is_file():
-            raise FileNotFoundError(f"ADNI CSV {csv_path} not found (synthetic stand-in: lightning-hybrid data synth-adni)")
         # plain values only: the hyperparameters go into checkpoints read with weights_only=True
         image_shape, spacing = [int(s) for s in image_shape], [float(s) for s in spacing]
-        csv_path, root = str(csv_path), None if root is None else str(root)
+        diagnoses = sorted({clinicadl.diagnosis_label(d) for d in diagnoses})
+        csv_path, root = None if csv_path is None else str(csv_path), None if root is None else str(root)
+        caps_directory = None if caps_directory is None else str(caps_directory)
+        tsv_path = None if tsv_path is None else str(tsv_path)
         cache_dir = None if cache_dir is None else str(cache_dir)
         self.save_hyperparameters(logger=False)
+        self.hparams["diagnoses"] = diagnoses  # a subclass's own arguments would win over the local above
         self.skipped: list[str] = []
+        self.subject_codes: dict[str, int] = {}
         self._device_augment: VolumeAugment | None = None
 
+    # ------------------------------------------------------------------ labels
+    @property
+    def labels(self) -> list[str]:
+        """The class names in class order (ClinicaDL's: sorted, so the disease is class 0 of both tasks)."""
+        return list(self.hparams.diagnoses)
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.labels)
+
+    @property
+    def positive_class(self) -> int:
+        """The disease class (AD of AD/CN, pMCI of pMCI/sMCI): what sensitivity and AUC are of."""
+        return self.labels.index(clinicadl.disease_label(self.labels))
+
+    # ------------------------------------------------------------------ reading
+    def _rows(self) -> dict[str, list[tuple[Row, Path | None]]] | list[tuple[Row, Path | None]]:
+        """The cohort's rows with their images: one list to split here, or ClinicaDL's given splits."""
+        hp = self.hparams
+        skipped = self.skipped if hp.on_bad_file == "skip" else None
+        if hp.csv_path is not None:
+            return read_csv_rows(Path(hp.csv_path), Path(hp.root) if hp.root else None, skipped)
+        tsv_path = Path(hp.tsv_path)
+        if tsv_path.is_file():
+            return [(row, None) for row in clinicadl.read_tsv(tsv_path, skipped)]
+        files = clinicadl.split_files(tsv_path, hp.split, hp.baseline, hp.valid_longitudinal)
+        log.info("ClinicaDL split: train %s, validation %s, test %s", files.train, files.validation, files.test or "none")
+        given = {"train": files.train, "val": files.validation, "test": files.test}
+        return {split: [(row, None) for row in clinicadl.read_tsv(path, skipped)] if path else [] for split, path in given.items()}
+
+    def _scan(self, row: Row, image: Path | None) -> Scan:
+        hp = self.hparams
+        source = f"{row.source.name}, line {row.line}"
+        if image is None:
+            try:
+                image = clinicadl.t1_linear_image(Path(hp.caps_directory), row.participant, row.session, not hp.use_uncropped_image)
+            except ClinicaDLFormatError as err:
+                raise ClinicaDLFormatError(f"{err} (listed in {row.source}, line {row.line})") from None
+        session = clinicadl.session_id(row.session) if row.session else ""
+        return Scan(row.participant, row.subject, session, image, self.labels.index(row.diagnosis), source)
+
+    def _scans(self, rows: Sequence[tuple[Row, Path | None]], what: str) -> list[Scan]:
+        """The task's scans of ``rows``; bad ones raise or, with ``on_bad_file="skip"``, are listed in :attr:`skipped`."""
+        scans, excluded = [], Counter()
+        for row, image in rows:
+            if row.diagnosis not in self.labels:
+                excluded[row.diagnosis] += 1
+                continue
+            try:
+                scans.append(self._scan(row, image))
+            except (BadItemError, ClinicaDLFormatError) as err:
+                if self.hparams.on_bad_file == "error":
+                    raise
+                self.skipped.append(str(err))
+        if excluded:
+            log.info("%s: %s not among the diagnoses %s", what, dict(excluded), self.labels)
+        return scans
+
+    def _inspected(self, scans: list[Scan]) -> tuple[list[Scan], dict[Path, str]]:
+        """``scans`` whose image reads as a 3D volume (decoded once, checked, hashed; kept in ``cache_dir``)."""
+        hp = self.hparams
+        cache = InspectionCache(hp.cache_dir)
+        good, hashes = [], {}
+
+        def inspect(scan: Scan) -> Any:
+            try:
+                return cache(scan.path)
+            except BadItemError as err:
+                return err
+
+        for scan, result in zip(scans, in_threads(inspect, scans, hp.preprocess_threads, "ADNI volumes checked")):
+            if isinstance(result, BadItemError):
+                if hp.on_bad_file == "error":
+                    raise BadItemError(f"{result} (listed in {scan.source})") from result
+                self.skipped.append(str(result))
+            else:
+                good.append(scan)
+                hashes[scan.path] = result.sha1
+        cache.save()
+        return good, hashes
+
+    @staticmethod
+    def baseline_of(scans: Sequence[Scan]) -> list[Scan]:
+        """Each subject's first session (the session closest to ``ses-M000``); all scans where sessions are unknown."""
+        if any(not s.session for s in scans):
+            return list(scans)
+        first: dict[str, Scan] = {}
+        for scan in scans:
+            if scan.subject not in first or clinicadl.session_month(scan.session) < clinicadl.session_month(first[scan.subject].session):
+                first[scan.subject] = scan
+        return [scan for scan in scans if first[scan.subject] is scan]
+
+    def read_splits(self) -> dict[str, list[Scan]]:
+        """The train, validation and test scans, checked (bad images, leakage, empty splits) and logged."""
+        hp = self.hparams
+        self.skipped = []
+        rows = self._rows()
+        given = isinstance(rows, dict)
+        listed = {split: self._scans(r, split) for split, r in rows.items()} if given else {"all": self._scans(rows, "cohort")}
+        everything, hashes = self._inspected([scan for scans in listed.values() for scan in scans])
+        kept = set(map(id, everything))
+        listed = {split: [s for s in scans if id(s) in kept] for split, scans in listed.items()}
+        if self.skipped:
+            log.warning("skipped %d bad item(s) (on_bad_file='skip'):\n  %s", len(self.skipped), "\n  ".join(self.skipped))
+        if not everything:
+            raise ValueError(f"{hp.tsv_path or hp.csv_path}: no usable scans of {' vs '.join(self.labels)}")
+        if given:
+            splits = listed
+            fractions = {"val": None, "test": None if splits["test"] else 0}
+        else:
+            train, val, test = split_subjects(listed["all"], hp.val_fraction, hp.test_fraction, hp.seed, hp.folds, hp.fold)
+            splits = {"train": train, "val": val, "test": test}
+            fractions = {"val": hp.val_fraction, "test": None if hp.folds else hp.test_fraction}
+        if hp.baseline:
+            splits["train"] = self.baseline_of(splits["train"])
+        if not hp.valid_longitudinal:
+            splits["val"], splits["test"] = self.baseline_of(splits["val"]), self.baseline_of(splits["test"])
+        if hp.skip_leak_check:
+            log.warning("skip_leak_check=true: the splits are not checked for shared subjects, sessions or images")
+        else:
+            check_leakage(splits, hashes)
+        check_splits(splits, everything, fractions, self.labels)
+        self.subject_codes = {subject: code for code, subject in enumerate(sorted({s.subject for s in everything}))}
+        log.info(
+            "ADNI %s: %s scans (train/val/test) of %s subjects%s%s",
+            " vs ".join(self.labels), "/".join(str(len(splits[k])) for k in ("train", "val", "test")),
+            "/".join(str(len({s.subject for s in splits[k]})) for k in ("train", "val", "test")),
+            "; evaluated on baseline sessions" if not hp.valid_longitudinal else "",
+            f"; {len(self.skipped)} bad item(s) skipped" if self.skipped else "",
+        )
+        return splits
+
+    # ------------------------------------------------------------------ preprocessing and loaders
     def preprocessing(self, keep_meta: bool = False) -> Any:
         """The deterministic preprocessing of a ``{"image": path}`` item (MONAI dictionary transforms)."""
         from monai import transforms as T
 
+        from lightning_hybrid.data.volumes import LoadVolumed
+
         hp = self.hparams
         steps = [
-            T.LoadImaged(keys="image", image_only=True),
-            T.EnsureChannelFirstd(keys="image"),
+            LoadVolumed(keys="image"),
             T.Orientationd(keys="image", axcodes="RAS"),
             T.Spacingd(keys="image", pixdim=hp.spacing, mode="bilinear"),
             T.NormalizeIntensityd(keys="image", nonzero=True, channel_wise=True),
@@ -333,13 +491,14 @@ class ADNIDataModule(InMemoryDataModule):
         else:
             dataset = MonaiDataset(data, self.preprocessing())
         if hp.cache == "memory":
-            return preprocess_all(dataset, hp.preprocess_threads, f"ADNI {split}")
+            return in_threads(dataset.__getitem__, range(len(dataset)), hp.preprocess_threads, f"ADNI {split} preprocessed")
         return dataset
 
     def _dataset(self, scans: Sequence[Scan], split: str) -> Dataset:
         hp = self.hparams
         in_workers = split == "train" and hp.augment and hp.augment_on == "workers"
-        return _Volumes(self._preprocessed(scans, split), self._worker_augmentation() if in_workers else None)
+        keys = None if split == "train" else [(i, self.subject_codes[s.subject]) for i, s in enumerate(scans)]
+        return _Volumes(self._preprocessed(scans, split), self._worker_augmentation() if in_workers else None, keys)
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         """Training batches on the device: the random augmentation (``augment_on="device"``)."""
@@ -363,24 +522,14 @@ class ADNIDataModule(InMemoryDataModule):
         return 2
 
     def build(self) -> tuple[Dataset, Dataset, Dataset]:
-        hp = self.hparams
-        scans, self.skipped = read_scans(Path(hp.csv_path), Path(hp.root) if hp.root else None, hp.task, hp.on_bad_file)
-        if not scans:
-            raise ValueError(f"{hp.csv_path}: no usable scans for task {hp.task}")
-        train, val, test = split_subjects(scans, hp.val_fraction, hp.test_fraction, hp.seed, hp.folds, hp.fold)
-        self.splits = {"train": train, "val": val, "test": test}
-        check_splits(self.splits, scans, {"val": hp.val_fraction, "test": None if hp.folds else hp.test_fraction}, hp.task)
-        log.info(
-            "ADNI %s: %d/%d/%d scans (train/val/test) of %d subjects%s",
-            hp.task, len(train), len(val), len(test), len({s.subject for s in scans}),
-            f"; {len(self.skipped)} bad item(s) skipped" if self.skipped else "",
-        )
-        return self._dataset(train, "train"), self._dataset(val, "val"), self._dataset(test, "test")
+        self.splits = self.read_splits()
+        return tuple(self._dataset(self.splits[split], split) for split in ("train", "val", "test"))
 
 
 class SyntheticADNIDataModule(ADNIDataModule):
     """:class:`ADNIDataModule` over synthetic volumes (:mod:`lightning_hybrid.data.synth_adni`), written
-    into ``root`` first when its ``adni.csv`` is absent: the whole pipeline without ADNI access."""
+    into ``root`` first when its ``adni.csv`` is absent: the whole pipeline without ADNI access, in
+    seconds (geometric shapes; :mod:`lightning_hybrid.data.adni_like` builds a cohort from real anatomy)."""
 
     def __init__(
         self, root: str | Path, subjects: int = 40, volume_shape: Sequence[int] = (64, 76, 64), synth_seed: int = 0,

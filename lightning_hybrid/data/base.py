@@ -60,6 +60,8 @@ class InMemoryDataModule(pl.LightningDataModule, ABC):
 
     #: Drop the last incomplete training batch (BatchNorm cannot train on a batch of one).
     drop_last_train = False
+    #: The metric that picks checkpoints and stops early, and its direction (the CLI's ``monitor: auto``).
+    monitor = ("val/acc", "max")
 
     @property
     def loader_workers(self) -> int:

@@ -1,0 +1,102 @@
+"""A ClinicaDL cohort written by hand, not by our generator: a CAPS folder with both Clinica file-name
+generations, 2- and 3-digit sessions and ``.pt`` tensors, TSVs spelling ADNI's subjects three ways,
+and the split folders of ``clinicadl tsvtools split`` and ``kfold --n_splits 2``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nibabel as nib
+import numpy as np
+import torch
+
+from lightning_hybrid.data.clinicadl import session_id, subject_key, t1_linear_affine
+
+#: (site, RID, diagnosis, sessions); the TSVs spell each subject one of three ways.
+SUBJECTS = [
+    (2, 295, "AD", ["ses-M00", "ses-M12"]), (11, 21, "CN", ["ses-M00"]), (22, 1004, "AD", ["ses-M00"]),
+    (41, 4200, "CN", ["ses-M00", "ses-M24"]), (5, 77, "AD", ["ses-M00"]), (67, 6001, "CN", ["ses-M00"]),
+    (100, 9, "AD", ["ses-M00"]), (130, 130, "CN", ["ses-M00"]),
+]
+COLUMNS = ["participant_id", "session_id", "age", "sex", "diagnosis"]
+
+
+def bids(site: int, rid: int) -> str:
+    return f"sub-ADNI{site:03d}S{rid:04d}"
+
+
+def spelled(number: int, site: int, rid: int) -> str:
+    """PTID, BIDS and RID in turn: what different TSVs of one project write."""
+    return (f"{site:03d}_S_{rid:04d}", bids(site, rid), str(rid))[number % 3]
+
+
+def volume(seed: int, shape=(20, 24, 20)) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    grid = np.stack(np.meshgrid(*[np.linspace(-1, 1, n) for n in shape], indexing="ij"))
+    head = (grid**2).sum(0) < 0.8
+    return (head * rng.uniform(400, 600) + rng.normal(0, 20, shape)).astype(np.float32)
+
+
+def write_tsv(path: Path, rows: list[dict]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = ["\t".join(COLUMNS)] + ["\t".join(str(r.get(c, "")) for c in COLUMNS) for r in rows]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def make_cohort(root: Path) -> dict:
+    """A CAPS folder (older and newer Clinica names, 2- and 3-digit sessions, one .pt-only session, one
+    with both) and the TSVs of ``tsvtools split`` + ``kfold --n_splits 2``; returns its rows."""
+    caps = root / "caps"
+    rows = []
+    for number, (site, rid, diagnosis, sessions) in enumerate(SUBJECTS):
+        for s, session in enumerate(sessions):
+            new = number % 2 == 0  # Clinica >= 0.7.4: three-digit sessions, no _T1w before space
+            folder_session = session_id(session) if new else session
+            name = (f"{bids(site, rid)}_{folder_session}_" + ("" if new else "T1w_")
+                    + "space-MNI152NLin2009cSym_desc-Crop_res-1x1x1_T1w.nii.gz")
+            folder = caps / "subjects" / bids(site, rid) / folder_session
+            image = nib.Nifti1Image(volume(number * 10 + s), t1_linear_affine())
+            if (number, s) == (2, 0):  # prepare-data's tensor only
+                tensors = folder / "deeplearning_prepare_data" / "image_based" / "t1_linear"
+                tensors.mkdir(parents=True)
+                torch.save(torch.from_numpy(volume(number * 10 + s))[None], tensors / name.replace(".nii.gz", ".pt"))
+            else:
+                (folder / "t1_linear").mkdir(parents=True)
+                nib.save(image, folder / "t1_linear" / name)
+            if (number, s) == (4, 0):  # both: the tensor is read, the NIfTI gives its affine
+                tensors = folder / "deeplearning_prepare_data" / "image_based" / "t1_linear"
+                tensors.mkdir(parents=True)
+                torch.save(torch.from_numpy(volume(number * 10 + s))[None], tensors / name.replace(".nii.gz", ".pt"))
+            rows.append({"participant_id": spelled(number + s, site, rid), "session_id": session,
+                         "age": 70 + number, "sex": "MF"[number % 2], "diagnosis": "NC" if diagnosis == "CN" else diagnosis})
+    split = root / "split"
+    test = {bids(2, 295), bids(11, 21)}
+    folds = [{bids(22, 1004), bids(41, 4200)}, {bids(5, 77), bids(67, 6001)}]
+
+    def pick(names: set[str], baseline: bool) -> list[dict]:
+        chosen = [r for r in rows if bids_of(r) in names]
+        return [r for r in chosen if session_id(r["session_id"]) == "ses-M000"] if baseline else chosen
+
+    def bids_of(row: dict) -> str:
+        return next(bids(site, rid) for site, rid, *_ in SUBJECTS if subject_key(row["participant_id"]) == f"ADNI RID {rid}")
+
+    everyone = {bids(site, rid) for site, rid, *_ in SUBJECTS}
+    write_tsv(root / "labels.tsv", rows)
+    write_tsv(split / "train.tsv", pick(everyone - test, False))
+    write_tsv(split / "train_baseline.tsv", pick(everyone - test, True))
+    write_tsv(split / "test_baseline.tsv", pick(test, True))
+    for i, validation in enumerate(folds):
+        fold = split / "2_fold" / f"split-{i}"
+        write_tsv(fold / "train.tsv", pick(everyone - test - validation, False))
+        write_tsv(fold / "train_baseline.tsv", pick(everyone - test - validation, True))
+        write_tsv(fold / "validation_baseline.tsv", pick(validation, True))
+        write_tsv(fold / "validation.tsv", pick(validation, False))
+    return {"caps": caps, "split": split, "rows": rows, "test": test, "folds": folds, "everyone": everyone}
+
+
+
+
+def keys(names: set[str]) -> set[str]:
+    """The subject keys of BIDS participant names."""
+    return {subject_key(n) for n in names}

@@ -1,0 +1,93 @@
+"""The ADNI-like benchmark cohort: real anatomy (Colin27, AAL) with atrophy, written as ClinicaDL's outputs."""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import replace
+from pathlib import Path
+
+import nibabel as nib
+import numpy as np
+import pytest
+import torch
+
+from lightning_hybrid.data import ADNIDataModule
+from lightning_hybrid.data.adni_like import (
+    BRAIN_SUFFIX, MASK_SUFFIX, MRICRON_TEMPLATES, CohortSettings, TemplateNotFoundError, _sample, outward_field, write_cohort,
+)
+from lightning_hybrid.data.clinicadl import CROPPED_SHAPE, t1_linear_affine, t1_linear_image
+
+needs_templates = pytest.mark.skipif(
+    not (MRICRON_TEMPLATES / "ch2.nii.gz").is_file(),
+    reason=f"Colin27 and AAL are not in {MRICRON_TEMPLATES}: apt-get install mricron-data (.ci/run installs it)",
+)
+
+
+def test_the_atrophy_field_shrinks_a_region_and_its_opposite_grows_it():
+    grid = np.stack(np.meshgrid(*[np.arange(40)] * 3, indexing="ij"), -1)
+    ball = ((grid - 20) ** 2).sum(-1) <= 8**2
+    field = torch.from_numpy(outward_field(ball))[None]
+    points = torch.from_numpy(grid.astype(np.float32))
+    volume = torch.from_numpy(ball.astype(np.float32))[None, None]
+    shrunk = _sample(volume, points + 1.5 * _sample(field, points).permute(1, 2, 3, 0))[0] > 0.5
+    grown = _sample(volume, points - 1.5 * _sample(field, points).permute(1, 2, 3, 0))[0] > 0.5
+    radius = lambda mask: (3 * mask.sum().item() / (4 * np.pi)) ** (1 / 3)  # noqa: E731
+    assert radius(shrunk) == pytest.approx(radius(ball) - 1.5, abs=0.5)
+    assert radius(grown) == pytest.approx(radius(ball) + 1.5, abs=0.5)
+
+
+def test_a_missing_template_says_how_to_get_it(tmp_path):
+    with pytest.raises(TemplateNotFoundError, match="apt-get install mricron-data"):
+        write_cohort(tmp_path / "out", templates=tmp_path)
+
+
+@pytest.fixture(scope="module")
+def cohort(tmp_path_factory) -> Path:
+    if not (MRICRON_TEMPLATES / "ch2.nii.gz").is_file():
+        pytest.skip(f"Colin27 and AAL are not in {MRICRON_TEMPLATES}: apt-get install mricron-data (.ci/run installs it)")
+    settings = replace(CohortSettings(subjects={"AD": 3, "CN": 3}, seed=4, followup_fraction=0.5, test_fraction=0.34,
+                                      n_splits=2), severity={"AD": (1.0, 0.05), "CN": (0.0, 0.05)})
+    return write_cohort(tmp_path_factory.mktemp("adni_like"), settings, workers=2)
+
+
+def rows(path: Path) -> list[dict]:
+    return list(csv.DictReader(open(path), delimiter="\t"))
+
+
+@needs_templates
+def test_the_cohort_is_where_clinicadl_puts_it(cohort):
+    labels = rows(cohort / "labels.tsv")
+    assert {r["diagnosis"] for r in labels} == {"AD", "CN"} and len({r["participant_id"] for r in labels}) == 6
+    assert any(r["session_id"] == "ses-M012" for r in labels)
+    for name in ("train.tsv", "train_baseline.tsv", "test_baseline.tsv", "2_fold/split-0/train.tsv",
+                 "2_fold/split-1/validation_baseline.tsv"):
+        assert rows(cohort / "split" / name), name
+    for row in labels:
+        image = t1_linear_image(cohort / "caps", row["participant_id"], row["session_id"])
+        assert image.name == f"{row['participant_id']}_{row['session_id']}_space-MNI152NLin2009cSym_desc-Crop_res-1x1x1_T1w.nii.gz"
+        loaded = nib.load(image)
+        assert loaded.shape == CROPPED_SHAPE == (169, 208, 179) and np.allclose(loaded.affine, t1_linear_affine())
+        base = str(image).removesuffix("space-MNI152NLin2009cSym_desc-Crop_res-1x1x1_T1w.nii.gz")
+        mask, brain = (np.asarray(nib.load(base + suffix).dataobj) > 0 for suffix in (MASK_SUFFIX, BRAIN_SUFFIX))
+        assert 2e4 < mask.sum() < 2e5 and 1.2e6 < brain.sum() < 2.2e6  # cm^3: tens of the atrophy region, ~1.7 l of brain
+        assert (mask & brain).sum() > 0.9 * mask.sum()
+
+
+@needs_templates
+def test_ad_shrinks_the_hippocampi_and_enlarges_the_ventricles_as_in_the_literature(cohort):
+    truth = rows(cohort / "truth.tsv")
+    mean = lambda d, k: np.mean([float(r[k]) for r in truth if r["diagnosis"] == d and r["session_id"] == "ses-M000"])  # noqa: E731
+    hippocampus = mean("AD", "hippocampus_mm3") / mean("CN", "hippocampus_mm3")
+    ventricles = mean("AD", "ventricles_mm3") / mean("CN", "ventricles_mm3")
+    assert 0.65 < hippocampus < 0.9, hippocampus  # AD: about 20-25 % less hippocampus than controls
+    assert 1.2 < ventricles < 1.9, ventricles  # and 30-60 % larger ventricles
+
+
+@needs_templates
+def test_the_cohort_trains_through_the_datamodule_without_leakage(cohort):
+    dm = ADNIDataModule(caps_directory=cohort / "caps", tsv_path=cohort / "split", split=0, image_shape=(40, 48, 40),
+                        spacing=(4.0, 4.0, 4.0), batch_size=2, cache=None, augment=False, num_workers=0)
+    dm.setup()
+    assert {s.label for s in dm.splits["test"]} == {0, 1}
+    image, label, key = dm.test_set[0]
+    assert image.shape == (1, 40, 48, 40) and torch.isfinite(image).all() and image.std() > 0.5
