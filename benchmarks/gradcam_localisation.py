@@ -1,12 +1,15 @@
-"""Does Grad-CAM point at the atrophy? Scored on the ADNI-like benchmark against each subject's atrophy mask.
+"""Do class activation maps point at the atrophy? HiResCAM and Grad-CAM scored side by side on the ADNI-like
+benchmark against each subject's atrophy mask.
 
     python benchmarks/gradcam_localisation.py --runs benchmarks/results/adni_recipe_runs/single_seed*
     python benchmarks/gradcam_localisation.py            # trains one run first (the recipe's settings, seed 0)
 
 For every trained run (its best checkpoint) and every AD test subject of its cohort
 (``lightning-hybrid data make-adni-like`` keeps each session's atrophy mask and brain mask beside its
-image), the Grad-CAM map of the AD class at the default layer (the last whose cells are at most 8 mm:
-``layer1_1``, 4 voxels of 2 mm) is scored against the mask, resampled onto the map's grid:
+image), the map of the AD class at the default layer (the last whose cells are at most 8 mm:
+``layer1_1``, 4 voxels of 2 mm), by each method (``hirescam``: the layer's activations weighted by the
+score's gradient voxel by voxel; ``gradcam``: by each channel's mean gradient), is scored against the
+mask, resampled onto the map's grid:
 
 * pointing game: the map's peak inside the atrophy mask dilated by one cell (8 mm);
 * energy ratio: the share of the map's sum over the brain inside the mask, over the mask's share of
@@ -31,7 +34,7 @@ import torch
 from nibabel.processing import resample_from_to
 
 from lightning_hybrid.data.adni_like import BRAIN_SUFFIX, IMAGE_SUFFIX, MASK_SUFFIX
-from lightning_hybrid.explain import MAX_CELL_MM, default_layer, grad_cam_map, localisation_scores, run_config
+from lightning_hybrid.explain import MAX_CELL_MM, METHODS, default_layer, grad_cam_map, localisation_scores, run_config
 
 
 def best_checkpoint(run: Path) -> Path:
@@ -63,16 +66,17 @@ def score_run(run: Path, limit: int | None) -> list[dict]:
         volume = preprocess({"image": str(scan.path)})["image"]
         x = torch.as_tensor(volume)[None]
         layer = default_layer(net, x, max_stride=max(1, int(MAX_CELL_MM // spacing)))
-        heatmap = grad_cam_map(net, x, disease, layer)
-        reference = nib.Nifti1Image(np.zeros(heatmap.shape, np.float32), np.asarray(volume.affine, dtype=np.float64))
+        reference = nib.Nifti1Image(np.zeros(x.shape[2:], np.float32), np.asarray(volume.affine, dtype=np.float64))
         base = str(scan.path).removesuffix(IMAGE_SUFFIX)
         mask, brain = on_grid(Path(base + MASK_SUFFIX), reference), on_grid(Path(base + BRAIN_SUFFIX), reference)
         tolerance = int(round(MAX_CELL_MM / spacing))
         with torch.no_grad():
             probability = float(torch.softmax(net(x.float()), dim=1)[0, disease])
-        scores.append({"run": run.name, "participant": scan.participant, "session": scan.session, "layer": layer,
-                       "p_disease": probability, **localisation_scores(heatmap, mask, brain, tolerance),
-                       "image": str(scan.path), "volume": volume[0].numpy(), "heatmap": heatmap, "mask": mask})
+        for method in METHODS:
+            heatmap = grad_cam_map(net, x, disease, layer, method)
+            scores.append({"run": run.name, "method": method, "participant": scan.participant, "session": scan.session,
+                           "layer": layer, "p_disease": probability, **localisation_scores(heatmap, mask, brain, tolerance),
+                           "image": str(scan.path), "volume": volume[0].numpy(), "heatmap": heatmap, "mask": mask})
     return scores
 
 
@@ -103,8 +107,9 @@ def figure(path: Path, row: dict) -> None:
         ax.contour(np.rot90(np.take(mask, peak[axis], axis=axis)).astype(float), levels=[0.5], colors="cyan", linewidths=0.8)
         ax.set_title(name)
         ax.axis("off")
-    fig.colorbar(shown, ax=axes, shrink=0.8, label="Grad-CAM of AD (0-1)")
-    fig.suptitle(f"{row['participant']} {row['session']}: Grad-CAM at {row['layer']} (cyan: atrophy mask); "
+    name = {"hirescam": "HiResCAM", "gradcam": "Grad-CAM"}[row["method"]]
+    fig.colorbar(shown, ax=axes, shrink=0.8, label=f"{name} of AD (0-1)")
+    fig.suptitle(f"{row['participant']} {row['session']}: {name} at {row['layer']} (cyan: atrophy mask); "
                  f"energy ratio {row['energy_ratio']:.1f}, AUROC {row['auroc']:.2f}")
     fig.savefig(path, dpi=100)
 
@@ -127,28 +132,35 @@ def main() -> None:
         train("single", [*cohort_overrides(args.cohort.resolve()), *RECIPE, "trainer.max_epochs=15", *CONTENDERS["single"]],
               run.resolve())
         runs = [run]
-    rows, results = [], {}
+    rows, results, bacc = [], {}, {}
     for run in runs:
         scored = score_run(run, args.limit)
-        metrics = json.loads((run / "metrics.json").read_text())
-        results[run.name] = {**summary(scored), "test_bacc": metrics.get("test/bacc", float("nan"))}
+        bacc[run.name] = json.loads((run / "metrics.json").read_text()).get("test/bacc", float("nan"))
+        for method in METHODS:
+            results[(run.name, method)] = summary([r for r in scored if r["method"] == method])
+            print(f"{run.name} {method}: {results[(run.name, method)]}", file=sys.stderr, flush=True)
         rows += scored
-        print(f"{run.name}: {results[run.name]}", file=sys.stderr, flush=True)
-    results["pooled"] = {**summary(rows), "test_bacc": statistics.fmean(r["test_bacc"] for r in results.values())}
-    lines = ["| run | test balanced accuracy | AD test subjects | pointing game | energy ratio (median; mean) | AUROC |",
-             "|---|---|---|---|---|---|"]
-    for name, r in results.items():
-        lines.append(f"| {name} | {r['test_bacc']:.3f} | {r['subjects']} | {r['pointing']:.2f} | "
+    for method in METHODS:
+        results[("pooled", method)] = summary([r for r in rows if r["method"] == method])
+    bacc["pooled"] = statistics.fmean(bacc.values())
+    lines = ["| run | test balanced accuracy | method | AD test subjects | pointing game | energy ratio (median; mean) | AUROC |",
+             "|---|---|---|---|---|---|---|"]
+    for (name, method), r in results.items():
+        lines.append(f"| {name} | {bacc[name]:.3f} | {method} | {r['subjects']} | {r['pointing']:.2f} | "
                      f"{r['energy_ratio_median']:.2f}; {r['energy_ratio_mean']:.2f} | {r['auroc']:.3f} |")
     text = "\n".join(lines)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "gradcam_localisation.md").write_text(text + "\n")
-    keep = ("run", "participant", "session", "layer", "p_disease", "pointing", "energy_ratio", "auroc")
+    keep = ("run", "method", "participant", "session", "layer", "p_disease", "pointing", "energy_ratio", "auroc")
     (args.out / "gradcam_localisation.json").write_text(json.dumps(
-        {"results": results, "subjects": [{k: r[k] for k in keep} for r in rows]}, indent=2))
-    if args.figure:
-        ordered = sorted(rows, key=lambda r: r["energy_ratio"])
-        figure(args.figure, ordered[len(ordered) // 2])
+        {"results": {f"{run} {method}": r for (run, method), r in results.items()}, "test_bacc": bacc,
+         "subjects": [{k: r[k] for k in keep} for r in rows]}, indent=2))
+    if args.figure:  # the default method's subject with the median energy ratio, and the same subject by Grad-CAM
+        ordered = sorted((r for r in rows if r["method"] == METHODS[0]), key=lambda r: r["energy_ratio"])
+        median = ordered[len(ordered) // 2]
+        figure(args.figure, median)
+        other = next(r for r in rows if r["method"] == METHODS[1] and (r["run"], r["image"]) == (median["run"], median["image"]))
+        figure(args.figure.with_name(f"{args.figure.stem}_{METHODS[1]}{args.figure.suffix}"), other)
     print(text)
 
 

@@ -38,7 +38,8 @@ class _BoxScore(nn.Module):
         return torch.stack([torch.zeros_like(inside), inside], dim=1)
 
 
-def test_the_maps_maximum_lies_in_the_only_region_the_class_score_depends_on():
+@pytest.mark.parametrize("method", ["hirescam", "gradcam"])
+def test_the_maps_maximum_lies_in_the_only_region_the_class_score_depends_on(method):
     """MONAI's default post-processing maps (min, max) to (1, 0): its peak was the least important voxel."""
     torch.manual_seed(0)
     box = (slice(4, 14), slice(6, 18), slice(8, 20))
@@ -50,12 +51,18 @@ def test_the_maps_maximum_lies_in_the_only_region_the_class_score_depends_on():
     net.add_module("head", _BoxScore(box))
     volume = torch.rand(1, 1, 24, 24, 28) * 0.2
     volume[0, 0, 7:10, 10:13, 12:15] += 1.0  # one bright blob, inside the box
-    heatmap = grad_cam(net, volume, target_class=1)
+    heatmap = grad_cam(net, volume, target_class=1, method=method)
     peak = np.unravel_index(int(np.argmax(heatmap)), heatmap.shape)
     assert all(s.start <= p < s.stop for p, s in zip(peak, box)), f"peak {peak} outside the box {box}"
     assert heatmap[7:10, 10:13, 12:15].mean() > 3 * heatmap.mean()  # the blob stands out, not the background
-    raw = grad_cam_map(net, volume, target_class=1)
+    raw = grad_cam_map(net, volume, target_class=1, method=method)
     assert np.allclose(raw / raw.max(), heatmap) and raw.min() >= 0
+    outside = np.ones(heatmap.shape, bool)
+    outside[box] = False
+    if method == "hirescam":  # voxel-wise gradients: nothing outside the region the score reads
+        assert heatmap[outside].max() == 0.0
+    else:  # the mean gradient weights activations everywhere: the background gets a share
+        assert heatmap[outside].max() > 0.0
 
 
 def test_the_slices_go_through_the_maps_peak_and_the_png_shows_the_map_in_colour(tmp_path):
@@ -91,9 +98,9 @@ def test_explain_command_end_to_end(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     stem = image.name.split(".")[0]
-    cam = nib.load(tmp_path / "explain" / f"{stem}_gradcam_AD.nii.gz")  # the disease class by default
+    cam = nib.load(tmp_path / "explain" / f"{stem}_hirescam_AD.nii.gz")  # the disease class by default
     volume = nib.load(tmp_path / "explain" / f"{stem}_preprocessed.nii.gz")
     assert cam.shape == volume.shape == (32, 32, 32)
     assert np.allclose(cam.affine, volume.affine)  # aligned: same grid, same world coordinates
     assert nib.aff2axcodes(cam.affine) == ("R", "A", "S")
-    assert (tmp_path / "explain" / f"{stem}_gradcam_AD.png").read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / "explain" / f"{stem}_hirescam_AD.png").read_bytes()[:4] == b"\x89PNG"
