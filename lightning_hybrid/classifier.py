@@ -115,13 +115,14 @@ class ClassifierModule(pl.LightningModule):
         return loss
 
     def _log_diagnosis(self, stage: str) -> None:
-        """The epoch's diagnosis metrics (gathered from every process by torchmetrics), then a fresh start."""
+        """The epoch's diagnosis metrics (gathered from every process by torchmetrics, so the same on every
+        rank: ``sync_dist`` averages equal values), then a fresh start."""
         if stage not in self.diagnosis:
             return
         values = self.diagnosis[stage].compute()
         self.diagnosis[stage].reset()
         for name, value in values.items():
-            self.log(f"{stage}/{name}", value.to(self.device), prog_bar=name in ("acc", "bacc"), sync_dist=False)
+            self.log(f"{stage}/{name}", value.to(self.device), prog_bar=name in ("acc", "bacc"), sync_dist=True)
 
     def on_validation_epoch_end(self) -> None:
         self._log_diagnosis("val")
