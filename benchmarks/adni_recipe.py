@@ -33,7 +33,7 @@ from pathlib import Path
 from epoch_time import epoch_times
 
 #: The recipe's settings (the learning rate from the sweep in recipes/akintoye2022_hybrid_adni/README.md).
-RECIPE = ["model=resattnet3d_18", "optimizer=adam", "optimizer.lr=1e-4", "optimizer.weight_decay=1e-4",
+RECIPE = ["model=resattnet3d_18", "optimizer=adam_mri", "optimizer.lr=3e-4",
           "callbacks=[model_checkpoint,epoch_timer]", "logger=csv", "trainer.enable_progress_bar=false"]
 #: Two processes computing the updates of one process with batch 6.
 CONTENDERS = {
@@ -105,7 +105,7 @@ def main() -> None:
     parser.add_argument("--cohort", type=Path, default=Path("data/adni_like"))
     parser.add_argument("--subjects", type=int, default=300, help="subjects of a cohort written here (half AD, half CN)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--epochs", type=int, default=15)
+    parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--contenders", nargs="+", default=list(CONTENDERS), choices=list(CONTENDERS))
     parser.add_argument("--extra", nargs="*", default=[], help="more overrides for every contender")
     parser.add_argument("--workdir", type=Path, default=Path("benchmarks/results/adni_recipe_runs"))
