@@ -91,3 +91,23 @@ def test_the_cohort_trains_through_the_datamodule_without_leakage(cohort):
     assert {s.label for s in dm.splits["test"]} == {0, 1}
     image, label, key = dm.test_set[0]
     assert image.shape == (1, 40, 48, 40) and torch.isfinite(image).all() and image.std() > 0.5
+
+
+@needs_templates
+@pytest.mark.parametrize("config", ["adni", "adni_like"])
+def test_the_default_view_holds_the_whole_brain(cohort, config):
+    """The centred view of data=adni (1.5 mm) and data=adni_like (2 mm) spans every brain voxel of a subject."""
+    from omegaconf import OmegaConf
+
+    data = OmegaConf.load(Path(__file__).resolve().parents[1] / "configs" / "data" / f"{config}.yaml")
+    base = OmegaConf.load(Path(__file__).resolve().parents[1] / "configs" / "data" / "adni.yaml")
+    shape, spacing = np.array(data.get("image_shape", base.image_shape)), np.array(data.get("spacing", base.spacing))
+    for path in sorted((cohort / "caps").rglob(f"*{BRAIN_SUFFIX}")):
+        brain = nib.load(path)
+        voxels = np.argwhere(np.asarray(brain.dataobj) > 0)
+        world = nib.affines.apply_affine(brain.affine, voxels)
+        corners = nib.affines.apply_affine(brain.affine, np.array([[0, 0, 0], np.array(brain.shape) - 1]))
+        centre = corners.mean(0)
+        half = shape * spacing / 2 - spacing  # a voxel's margin for where the crop's rounding puts the centre
+        assert (world.min(0) >= centre - half).all() and (world.max(0) <= centre + half).all(), (
+            f"{config}: brain spans {world.min(0)}..{world.max(0)} mm, the view {centre - half}..{centre + half}")

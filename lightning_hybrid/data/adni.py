@@ -459,7 +459,7 @@ class ADNIDataModule(InMemoryDataModule):
         hp = self.hparams
         steps = [
             LoadVolumed(keys="image"),
-            T.Orientationd(keys="image", axcodes="RAS"),
+            T.Orientationd(keys="image", axcodes="RAS", labels=(("L", "R"), ("P", "A"), ("I", "S"))),
             T.Spacingd(keys="image", pixdim=hp.spacing, mode="bilinear"),
             T.NormalizeIntensityd(keys="image", nonzero=True, channel_wise=True),
             T.ResizeWithPadOrCropd(keys="image", spatial_size=hp.image_shape),
