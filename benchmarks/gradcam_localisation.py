@@ -7,7 +7,7 @@ benchmark against each subject's atrophy mask.
 For every trained run (its best checkpoint) and every AD test subject of its cohort
 (``lightning-hybrid data make-adni-like`` keeps each session's atrophy mask and brain mask beside its
 image), the map of the AD class at the default layer (the last whose cells are at most 8 mm:
-``layer1_1``, 4 voxels of 2 mm), by each method (``hirescam``: the layer's activations weighted by the
+``layer1_0``, 4 voxels of 2 mm), by each method (``hirescam``: the layer's activations weighted by the
 score's gradient voxel by voxel; ``gradcam``: by each channel's mean gradient), is scored against the
 mask, resampled onto the map's grid:
 

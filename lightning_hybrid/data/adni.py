@@ -42,9 +42,10 @@ PREPROCESSING_VERSION = 2
 TASKS = {"AD_vs_CN": ("AD", "CN"), "AD_vs_NC": ("AD", "CN"), "pMCI_vs_sMCI": ("pMCI", "sMCI")}
 
 
-def _column(header: Sequence[str], field: str, csv_path: Path) -> str | None:
+def _column(header: Sequence[str], aliases: Sequence[str]) -> str | None:
+    """The header's name of the first of ``aliases`` it has (case-insensitive), or None."""
     lowered = {h.strip().lower(): h for h in header}
-    return next((lowered[alias] for alias in COLUMNS.get(field, SESSION_COLUMNS) if alias in lowered), None)
+    return next((lowered[alias] for alias in aliases if alias in lowered), None)
 
 
 def read_csv_rows(csv_path: Path, root: Path | None, skipped: list[str] | None = None) -> list[tuple[Row, Path]]:
@@ -55,13 +56,13 @@ def read_csv_rows(csv_path: Path, root: Path | None, skipped: list[str] | None =
     with open(csv_path, newline="") as f:
         reader = csv.DictReader(f)
         header = reader.fieldnames or []
-        columns = {field: _column(header, field, csv_path) for field in COLUMNS}
+        columns = {field: _column(header, aliases) for field, aliases in COLUMNS.items()}
         for field, name in columns.items():
             if name is None:
                 hint = " (a ClinicaDL TSV? pass caps_directory and tsv_path)" if "\t" in ",".join(header) else ""
                 raise BadItemError(f"{csv_path}: no {field!r} column (accepted names: {', '.join(COLUMNS[field])}); "
                                    f"columns are {list(header)}{hint}")
-        session_column = _column(header, "session", csv_path)
+        session_column = _column(header, SESSION_COLUMNS)
         for line, record in enumerate(reader, start=2):  # line 1 is the header
             label = clinicadl.diagnosis_label(record[columns["diagnosis"]] or "")
             if label is None:
