@@ -7,7 +7,7 @@ The cohort (``lightning-hybrid data make-adni-like``: Colin27 with AAL hippocamp
 ClinicaDL's layout) is written into ``--cohort`` first when it is not there. Every contender trains
 through the real CLI on ClinicaDL's split (``split/5_fold/split-0`` for training and validation,
 ``split/test_baseline.tsv`` for the test) at the CPU resolution of ``configs/data/adni_like.yaml``
-(2 mm voxels, 80 x 96 x 80: the whole brain), picks its checkpoint by validation balanced accuracy,
+(2 mm voxels, 80 x 104 x 88: the whole brain), picks its checkpoint by validation balanced accuracy,
 and is scored on the test subjects' baseline scans:
 
 * ``single``: one process, over ``--seeds`` (mean and spread of balanced accuracy, training time);

@@ -1,6 +1,6 @@
 """Does the ADNI input pipeline keep the accelerator busy? End-to-end training against compute alone.
 
-3D-ResAttNet-18 at the ADNI datamodule's whole-brain view (112 x 136 x 112 voxels of 1.5 mm), batch 6, SGD, on synthetic ADNI volumes, on whatever
+3D-ResAttNet-18 at the ADNI datamodule's whole-brain view (112 x 136 x 120 voxels of 1.5 mm), batch 6, SGD, on synthetic ADNI volumes, on whatever
 accelerator is present (CUDA if available, else the CPU):
 
 * compute only: forward, backward and SGD step, over and over, on one batch already on the device;
@@ -111,7 +111,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=None, help="timed steps (default: 40 on CUDA, 3 on the CPU)")
     parser.add_argument("--warmup", type=int, default=None, help="untimed steps first (default: 10 on CUDA, 1 on the CPU)")
     parser.add_argument("--subjects", type=int, default=60, help="synthetic subjects (each has 1-2 scans)")
-    parser.add_argument("--shape", type=int, nargs=3, default=(112, 136, 112))
+    parser.add_argument("--shape", type=int, nargs=3, default=(112, 136, 120))
     parser.add_argument("--batch", type=int, default=6)
     parser.add_argument("--base-channels", type=int, default=64, help="ResAttNet width (64: the paper's network)")
     parser.add_argument("--contender", action="append", choices=sorted(CONTENDERS), help="repeatable; default: all")

@@ -117,7 +117,7 @@ class ClassifierModule(pl.LightningModule):
     def _log_diagnosis(self, stage: str) -> None:
         """The epoch's diagnosis metrics (gathered from every process by torchmetrics, so the same on every
         rank: ``sync_dist`` averages equal values), then a fresh start."""
-        if stage not in self.diagnosis:
+        if stage not in self.diagnosis or self.diagnosis[stage].update_count == 0:
             return
         values = self.diagnosis[stage].compute()
         self.diagnosis[stage].reset()

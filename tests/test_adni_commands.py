@@ -20,6 +20,9 @@ from conftest import run_cli
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), *sorted((ROOT / "recipes").rglob("README.md"))]
 SUBCOMMANDS = ("plan", "data", "explain")
+#: Where a command's data lives (replaced by small synthetic volumes): ClinicaDL's keys and the CSV's.
+CLINICADL_KEYS = {f"data.{k}" for k in ("csv_path", "caps_directory", "tsv_path", "split", "baseline",
+                                         "valid_longitudinal", "use_uncropped_image")}
 
 
 def adni_commands() -> list[tuple[str, str]]:
@@ -46,7 +49,7 @@ def at_small_size(command: str, tmp_path: Path) -> list[str]:
         if token in ("-m", "..."):
             continue
         key, _, value = token.partition("=")
-        if key in ("data", "data.csv_path", "data.caps_directory", "data.tsv_path") or key.startswith("hydra"):
+        if key == "data" or key in CLINICADL_KEYS or key.startswith("hydra"):
             continue  # the data becomes small synthetic volumes below
         if key == "trainer" and value == "gpu" and not torch.cuda.is_available():
             value = "cpu"

@@ -201,7 +201,7 @@ class ADNIDataModule(InMemoryDataModule):
 
     Preprocessing with MONAI: canonical (RAS) orientation, resampling to ``spacing`` mm, intensity
     normalization over the non-zero voxels, crop or pad to ``image_shape`` about the centre (the
-    default, 112 x 136 x 112 voxels of 1.5 mm, holds a whole brain: t1-linear's cropped field of view
+    default, 112 x 136 x 120 voxels of 1.5 mm, holds a whole brain: t1-linear's cropped field of view
     is 169 x 208 x 179 mm), optional downsampling by an integer factor.
 
     Feeding a GPU: the deterministic preprocessing runs once per volume. ``cache="memory"`` holds
@@ -249,7 +249,7 @@ class ADNIDataModule(InMemoryDataModule):
         use_uncropped_image: bool = False,
         diagnoses: Sequence[str] | None = None,
         task: str = "AD_vs_CN",
-        image_shape: Sequence[int] = (112, 136, 112),
+        image_shape: Sequence[int] = (112, 136, 120),
         batch_size: int = 6,
         seed: int = 0,
         on_bad_file: str = "error",
