@@ -194,6 +194,37 @@ def test_loader_settings_feed_an_accelerator(synth):
         ADNIDataModule(synth, augment_on="gpu")
 
 
+class _OnDevice:
+    """What the datamodule reads of a trainer to place its cache: the strategy's root device."""
+
+    def __init__(self, device: str) -> None:
+        self.strategy = type("Strategy", (), {"root_device": torch.device(device)})()
+
+
+def test_device_cache_serves_the_batches_of_the_memory_cache_from_the_device(synth):
+    """``cache="device"``: the volumes stacked once on the training device, the same batches in the same
+    order, no loader workers; ``"auto"`` stays in host memory off CUDA; workers cannot augment there."""
+    batches = {}
+    for cache in ("memory", "device", "auto"):
+        dm = ADNIDataModule(synth, **{**SMALL, "cache": cache, "num_workers": 2})
+        dm.setup()
+        dm.trainer = _OnDevice("cpu")
+        loaders = [dm.train_dataloader(), dm.val_dataloader()]
+        assert (dm.device_cache == torch.device("cpu")) == (cache == "device"), cache
+        if cache == "device":
+            assert all(loader.num_workers == 0 and not loader.pin_memory for loader in loaders)
+            assert dm.train_dataloader().dataset is loaders[0].dataset  # stacked once
+        batches[cache] = [[t.clone() for t in batch] for loader in loaders for batch in loader]
+    for got in (batches["device"], batches["auto"]):
+        assert len(got) == len(batches["memory"])
+        for a, b in zip(got, batches["memory"]):
+            assert all(torch.equal(x, y) for x, y in zip(a, b))
+    with pytest.raises(ValueError, match="augment_on='device'"):
+        ADNIDataModule(synth, cache="device", augment_on="workers")
+    with pytest.raises(ValueError, match="cache must be one of"):
+        ADNIDataModule(synth, cache="gpu")
+
+
 class _Training:
     training, global_rank = True, 0
 

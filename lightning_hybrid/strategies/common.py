@@ -243,6 +243,24 @@ class CheckedDDPStrategy(DDPStrategy):
             self._backend_note_logged = True
         return backend
 
+    def setup_distributed(self) -> None:
+        """Lightning's, but the default group is bound to a CUDA device only under NCCL.
+
+        Lightning binds every CUDA run's default group to the rank's device (``device_id``). Under gloo
+        (processes sharing a GPU) torch then builds each later ``new_group`` by splitting the default
+        group, which gloo cannot do: ranks outside the new group fail with "'ProcessGroupGloo' object
+        has no attribute 'perform_nocolor_split'" (torch 2.11), e.g. the pipeline's stage groups."""
+        from lightning_fabric.utilities.distributed import _init_dist_connection
+        from lightning_fabric.utilities.seed import reset_seed
+
+        reset_seed()
+        self.set_world_ranks()
+        self._process_group_backend = self._get_process_group_backend()
+        assert self.cluster_environment is not None
+        bind = self.root_device.type == "cuda" and self._process_group_backend == "nccl"
+        _init_dist_connection(self.cluster_environment, self._process_group_backend, timeout=self._timeout,
+                              device_id=self.root_device if bind else None)
+
     def check_devices(self) -> None:
         """Refuse a backend that cannot serve the processes' devices (called before processes start)."""
         workers_backend(self.parallel_devices or [], self._process_group_backend)
