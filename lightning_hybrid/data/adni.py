@@ -9,10 +9,8 @@ import json
 import logging
 import math
 import os
-import time
 from collections import Counter, defaultdict
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +23,7 @@ from lightning_hybrid.data.base import EpochSeededRandomSampler, InMemoryDataMod
 from lightning_hybrid.data.clinicadl import ClinicaDLFormatError, Row
 from lightning_hybrid.data.leakage import Scan, check_leakage
 from lightning_hybrid.data.volume_augment import VolumeAugment
+from lightning_hybrid.data.volume_sets import Volumes, VolumesOn, in_threads
 from lightning_hybrid.data.volumes import BadItemError, InspectionCache
 
 log = logging.getLogger(__name__)
@@ -139,59 +138,6 @@ def check_splits(
         )
 
 
-class _Volumes(Dataset):
-    """Preprocessed volumes as ``(image, label)`` pairs of plain tensors, optionally through a random
-    augmentation (run in the DataLoader's workers). With ``keys`` (evaluation), ``(image, label, key)``:
-    ``key`` is ``[index in this split, subject code]``, so that metrics count each scan once under a
-    distributed sampler's padding and can average a subject's scans."""
-
-    def __init__(self, preprocessed: Sequence[Any] | Dataset, augmentation: Any = None,
-                 keys: Sequence[tuple[int, int]] | None = None) -> None:
-        self.preprocessed, self.augmentation, self.keys = preprocessed, augmentation, keys
-
-    def __len__(self) -> int:
-        return len(self.preprocessed)
-
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, ...]:
-        item = self.preprocessed[index]
-        if self.augmentation is not None:
-            item = self.augmentation(dict(item))
-        image, label = torch.as_tensor(item["image"]).float(), torch.tensor(item["label"], dtype=torch.long)
-        if self.keys is None:
-            return image, label
-        return image, label, torch.tensor(self.keys[index], dtype=torch.long)
-
-
-class _VolumesOn(Dataset):
-    """A split's ``_Volumes`` stacked once into tensors on ``device``: items are views of them (the
-    default collate stacks a batch there, no loader workers, no host copies)."""
-
-    def __init__(self, volumes: Dataset, device: torch.device) -> None:
-        items = [volumes[index] for index in range(len(volumes))]
-        self.columns = [torch.stack(column).to(device) for column in zip(*items)]
-        log.info("ADNI: %d volumes (%.0f MB) held on %s", len(items), self.columns[0].nbytes / 1e6, device)
-
-    def __len__(self) -> int:
-        return len(self.columns[0])
-
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, ...]:
-        return tuple(column[index] for column in self.columns)
-
-
-def in_threads(function: Any, items: Sequence[Any], threads: int, what: str) -> list[Any]:
-    """``function`` of every item, ``threads`` at a time, in order, logging progress."""
-    total, results = len(items), [None] * len(items)
-    start = time.perf_counter()
-    every = max(1, total // 10)
-    with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
-        for index, result in enumerate(pool.map(function, items)):
-            results[index] = result
-            if (index + 1) % every == 0 or index + 1 == total:
-                elapsed = time.perf_counter() - start
-                log.info("%s: %d/%d (%.1f/s)", what, index + 1, total, (index + 1) / max(elapsed, 1e-9))
-    return results
-
-
 class ADNIDataModule(InMemoryDataModule):
     """Structural MRI of AD vs CN or pMCI vs sMCI, as ClinicaDL's users have it or listed in a CSV.
 
@@ -241,7 +187,7 @@ class ADNIDataModule(InMemoryDataModule):
     up to 8 within this process's share of the cores), kept alive between epochs, pinned memory when
     CUDA is present (``pin_memory="auto"``) and ``prefetch_factor`` batches in flight per worker.
 
-    Validation and test batches are ``(image, label, key)`` (see :class:`_Volumes`); the
+    Validation and test batches are ``(image, label, key)`` (see :class:`~lightning_hybrid.data.volume_sets.Volumes`); the
     :class:`~lightning_hybrid.ClassifierModule` reports balanced accuracy, sensitivity, specificity and
     AUC per scan and per subject from them, and ``val/bacc`` picks checkpoints (:attr:`monitor`).
 
@@ -526,7 +472,7 @@ class ADNIDataModule(InMemoryDataModule):
         hp = self.hparams
         in_workers = split == "train" and hp.augment and hp.augment_on == "workers"
         keys = None if split == "train" else [(i, self.subject_codes[s.subject]) for i, s in enumerate(scans)]
-        return _Volumes(self._preprocessed(scans, split), self._worker_augmentation() if in_workers else None, keys)
+        return Volumes(self._preprocessed(scans, split), self._worker_augmentation() if in_workers else None, keys)
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         """Training batches on the device: the random augmentation (``augment_on="device"``)."""
@@ -559,7 +505,7 @@ class ADNIDataModule(InMemoryDataModule):
         if device is None or dataset is None:
             return super()._loader(dataset, shuffle)
         if id(dataset) not in self._on_device:
-            self._on_device[id(dataset)] = _VolumesOn(dataset, device)
+            self._on_device[id(dataset)] = VolumesOn(dataset, device)
         on_device = self._on_device[id(dataset)]
         return DataLoader(
             on_device, batch_size=self.hparams.batch_size,
