@@ -1,4 +1,4 @@
-"""Lightning callbacks of the suite: epoch timing and simulated heterogeneity."""
+"""Lightning callbacks of the suite: epoch timing, peak memory and simulated heterogeneity."""
 
 from __future__ import annotations
 
@@ -11,7 +11,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytorch_lightning as pl
+import torch
 from torch.utils.data import DataLoader
+
+from lightning_hybrid.devices import PeakMemory
 
 from lightning_hybrid.sim.contention import check_cores
 from lightning_hybrid.sim.slowdown import SlowBatches, StepStretcher, check_where
@@ -85,6 +88,35 @@ class EpochTimer(pl.Callback):
 #: The steps (after the fit's first) over which :class:`HeterogeneitySimulator` measures a rank's work
 #: per sample for ``where="after_step"`` and ``"data"``.
 CALIBRATION_STEPS = 5
+
+
+class PeakMemoryMonitor(pl.Callback):
+    """Logs each rank's peak memory above what it held when the Trainer set up, at each training
+    epoch's end, under any strategy: ``memory/rank<r>_peak_MiB`` (every rank's value gathered, so
+    rank 0's loggers have them all). CUDA: ``max_memory_allocated``; CPU: the peak resident set
+    (:class:`~lightning_hybrid.devices.PeakMemory`). The hybrid strategy logs the same keys, beside its
+    plan's estimates, by itself.
+
+    Example::
+
+        >>> monitor = PeakMemoryMonitor()   # pl.Trainer(callbacks=[monitor]); CLI: callbacks=[...,peak_memory]
+    """
+
+    def __init__(self) -> None:
+        self._peak: PeakMemory | None = None
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if self._peak is None:
+            self._peak = PeakMemory(trainer.strategy.root_device)
+            self._peak.start()
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        peak = self._peak.peak() if self._peak is not None else None
+        if peak is None or getattr(trainer.strategy, "logs_peak_memory", False):
+            return
+        peaks = trainer.strategy.all_gather(torch.tensor([peak / 2**20], dtype=torch.float64))
+        for rank, value in enumerate(peaks.reshape(-1).tolist()):
+            pl_module.log(f"memory/rank{rank}_peak_MiB", value, sync_dist=True)  # the same on every rank
 
 
 class HeterogeneitySimulator(pl.Callback):

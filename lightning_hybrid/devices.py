@@ -245,8 +245,8 @@ def probe_speed(device: torch.device | str = "cpu", seconds: float = 0.2, size: 
     """FLOP/s of float32 matrix products on ``device``, measured for about ``seconds``, divided by
     ``slowdown`` (a rank whose compute :mod:`lightning_hybrid.sim` slows by that factor)."""
     device = torch.device(device)
-    a = torch.randn(size, size, device=device)
-    b = torch.randn(size, size, device=device)
+    a = torch.full((size, size), 0.5, device=device)  # not drawn: the probe leaves the random stream alone
+    b = torch.full((size, size), 0.25, device=device)
     flops_per = FLOPS_PER_MAC * size**3  # a size x size matrix product is size^3 multiply-accumulates
     a @ b  # warm-up
     if device.type == "cuda":
@@ -268,3 +268,45 @@ def free_memory(device: torch.device | str = "cpu") -> float:
     if device.type == "cuda":
         return float(torch.cuda.mem_get_info(device)[0])
     return math.inf
+
+
+class PeakMemory:
+    """The most memory this process held above a baseline, since :meth:`start`.
+
+    CUDA: ``torch.cuda.max_memory_allocated`` over the allocation at the start (tensors only). CPU: the
+    peak resident set (``VmHWM`` of ``/proc/self/status``, reset at the start through
+    ``/proc/self/clear_refs``) over the resident set then, so that the interpreter, torch and
+    Lightning are the baseline. ``None`` where neither can be read (not Linux).
+    """
+
+    def __init__(self, device: torch.device | str = "cpu") -> None:
+        self.device = torch.device(device)
+        self.baseline: float | None = None
+
+    def start(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+            self.baseline = float(torch.cuda.memory_allocated(self.device))
+            return
+        try:
+            with open("/proc/self/clear_refs", "w") as handle:
+                handle.write("5")  # resets VmHWM to the current resident set
+            self.baseline = _status_bytes("VmRSS")
+        except OSError:
+            self.baseline = None
+
+    def peak(self) -> float | None:
+        """Bytes above the baseline at the peak, or None."""
+        if self.baseline is None:
+            return None
+        if self.device.type == "cuda":
+            return float(torch.cuda.max_memory_allocated(self.device)) - self.baseline
+        return _status_bytes("VmHWM") - self.baseline
+
+
+def _status_bytes(field: str) -> float:
+    with open("/proc/self/status") as handle:
+        for line in handle:
+            if line.startswith(field + ":"):
+                return float(line.split()[1]) * 1024
+    raise OSError(f"no {field} in /proc/self/status")

@@ -133,11 +133,12 @@ def main() -> None:
     trainer.fit(module, train, val, ckpt_path=args.resume)
     val_metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
     predictions = trainer.predict(module, DataLoader(data, batch_size=8))
+    state = strategy.full_state_dict()  # every rank takes part; rank 0 gets the whole model
     if trainer.is_global_zero:
         torch.save(
             {"predictions": torch.cat(predictions), "metrics": val_metrics,
              "last": str(args.out / "ckpt" / "last.ckpt"), "placement": strategy.placement.to_dict(),
-             "state": {k: v.clone() for k, v in module.state_dict().items()}},
+             "state": state},
             args.out / "result.pt",
         )
     if dist.is_initialized():

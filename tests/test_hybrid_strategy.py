@@ -82,7 +82,7 @@ def test_two_stages_give_the_loss_gradients_and_predictions_of_one_device(tmp_pa
     plain = ClassifierModule.load_from_checkpoint(result["last"], net=LeNet5(), weights_only=True)
     x, _ = make_data(32).tensors
     torch.testing.assert_close(result["predictions"], plain(x).argmax(1))
-    assert_state_equal(plain, result["state"])  # the user's module holds every stage's weights after fit
+    assert_state_equal(plain, result["state"])  # strategy.full_state_dict(): every stage's weights after fit
 
 
 def test_two_stages_by_two_replicas_train_as_one_device_and_save_full_checkpoints(tmp_path):

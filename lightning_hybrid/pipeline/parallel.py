@@ -6,20 +6,19 @@ into, the rank layout (:class:`~lightning_hybrid.pipeline.mesh.Mesh`) and the pr
 builds this rank's stage, runs training steps and forward passes through the pipeline with a
 schedule (:mod:`~lightning_hybrid.pipeline.schedules`, run by
 :class:`~lightning_hybrid.pipeline.executor.StageExecutor`), shares the last stage's results with
-the pipeline's ranks, and gathers the whole model, its optimizer state and its gradient norm from
-the stages.
+the pipeline's ranks, and gathers the whole model (where every rank keeps it) and its gradient norm
+from the stages.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
-from lightning_hybrid.comm.collectives import all_gather_object, all_reduce_, broadcast_, broadcast_object
+from lightning_hybrid.comm.collectives import all_reduce_, broadcast_, broadcast_object
 from lightning_hybrid.pipeline.executor import StageExecutor
 from lightning_hybrid.pipeline.mesh import Mesh
 from lightning_hybrid.pipeline.schedules import SCHEDULES, forward_only
@@ -111,13 +110,6 @@ class PipelineParallel:
                 for tensor in [*block.parameters(), *block.buffers()]:
                     broadcast_(tensor.data, src=src, group=self.group)
 
-    def gather_optimizer_state(self, state: dict[int, Any]) -> dict[int, Any]:
-        """The optimizer's per-parameter state of every stage (each rank holds its own stage's)."""
-        merged: dict[int, Any] = {}
-        for piece in all_gather_object({k: _to_cpu(v) for k, v in state.items()}, group=self.group):
-            merged.update(piece)
-        return merged
-
     def clip_grad_norm_(self, max_norm: float) -> float:
         """Scale this stage's gradients so that the whole model's gradient norm (over the pipeline's
         stages) is at most ``max_norm``; return that norm."""
@@ -131,11 +123,3 @@ class PipelineParallel:
             for p in params:
                 p.grad.detach().mul_(scale)
         return total
-
-
-def _to_cpu(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.detach().cpu()
-    if isinstance(value, dict):
-        return {k: _to_cpu(v) for k, v in value.items()}
-    return value

@@ -36,10 +36,15 @@ def profile_blocks(
 
     ``cost`` is the FLOPs of the block's forward and backward (``torch.utils.flop_counter``);
     ``out_bytes`` the size of its output; ``memory`` the bytes of parameters, gradients and
-    ``optimizer_slots`` optimizer states per parameter (1 for SGD with momentum, 2 for Adam), plus the
-    tensors autograd saves for backward times ``in_flight`` micro-batches; ``time`` (with
+    ``optimizer_slots`` optimizer states per parameter (1 for SGD with momentum, 2 for Adam), its
+    buffers, plus the tensors autograd saves for backward (its own weights not counted twice) times
+    ``in_flight`` micro-batches; ``workspace`` its largest parameter's bytes (a micro-batch's gradient
+    computed apart before it is added); ``time`` (with
     ``measure_time``) the mean forward + backward seconds over ``repeats`` runs on this machine.
     The model's parameters, gradients and buffers (BatchNorm statistics) are left as they were.
+    On the meta device (a model from ``configure_model()``, or
+    :func:`~lightning_hybrid.pipeline.materialize.meta_copy`) everything but ``time`` is measured
+    without memory.
 
     Example::
 
@@ -55,10 +60,13 @@ def profile_blocks(
     for index, (name, block) in enumerate(pairs):
         buffers = {key: value.clone() for key, value in block.state_dict().items()}
         grads = {p: p.grad for p in block.parameters()}
+        own = {id(t) for t in [*block.parameters(), *block.buffers()]}
         saved = []
 
         def pack(tensor: torch.Tensor) -> torch.Tensor:
-            saved.append(tensor.numel() * tensor.element_size())
+            base = tensor._base if tensor._base is not None else tensor
+            if id(tensor) not in own and id(base) not in own:  # the block's weights are counted once, below
+                saved.append(tensor.numel() * tensor.element_size())
             return tensor
 
         inp = x.detach().requires_grad_(index > 0 and x.is_floating_point())
@@ -68,6 +76,8 @@ def profile_blocks(
             if out.requires_grad:
                 out.backward(torch.ones_like(out))
         seconds = None
+        if measure_time and example.is_meta:
+            raise ValueError("measure_time needs real tensors, not the meta device: profile a materialised model")
         if measure_time:
             times = []
             for _ in range(repeats + 1):
@@ -78,14 +88,16 @@ def profile_blocks(
                 times.append(time.perf_counter() - start)
             seconds = sum(times[1:]) / repeats
         param_bytes = sum(p.numel() * p.element_size() for p in block.parameters())
+        buffer_bytes = sum(b.numel() * b.element_size() for b in block.buffers())
         result.append(
             Block(
                 name=name,
                 cost=float(counter.get_total_flops()),
                 out_bytes=float(out.numel() * out.element_size()),
-                memory=float(param_bytes * (2 + optimizer_slots) + sum(saved) * in_flight),
+                memory=float(param_bytes * (2 + optimizer_slots) + buffer_bytes + sum(saved) * in_flight),
                 params=sum(p.numel() for p in block.parameters()),
                 time=seconds,
+                workspace=float(max((p.numel() * p.element_size() for p in block.parameters()), default=0)),
             )
         )
         block.load_state_dict(buffers)

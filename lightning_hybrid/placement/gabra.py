@@ -120,7 +120,7 @@ class GABRA:
         """Fitness of a decoded placement (larger is better; 0 when infeasible)."""
         p = self.problem
         loads = [p.cost_prefix[stop] - p.cost_prefix[start] for start, stop in bounds]
-        memory = [p.memory_prefix[stop] - p.memory_prefix[start] for start, stop in bounds]
+        memory = [p.stage_memory[start, stop] for start, stop in bounds]
         if any(mem > p.devices[d].memory for d, mem in zip(order, memory)):
             return 0.0
         if self.objective == "paper":

@@ -36,6 +36,9 @@ class Block:
             activations kept for backward).
         params: number of parameters (used by the ``"parameters"`` method).
         time: measured seconds per step on a reference device, or ``None`` (used by ``"time"``).
+        workspace: bytes needed at once beside ``memory`` while the block's gradients accumulate over
+            micro-batches (the largest parameter: autograd computes a micro-batch's gradient apart,
+            then adds it); a stage needs the largest of its blocks' workspaces, not their sum.
     """
 
     name: str
@@ -44,9 +47,10 @@ class Block:
     memory: float = 0.0
     params: int = 0
     time: float | None = None
+    workspace: float = 0.0
 
     def __post_init__(self) -> None:
-        for what in ("cost", "out_bytes", "memory"):
+        for what in ("cost", "out_bytes", "memory", "workspace"):
             value = getattr(self, what)
             if not (isinstance(value, (int, float)) and value >= 0 and math.isfinite(value)):
                 raise ValueError(f"block {self.name!r}: {what} must be a finite number >= 0, got {value!r}")
@@ -141,21 +145,27 @@ class Problem:
         self.n, self.m = n, m
         self.cost_prefix = np.concatenate([[0.0], np.cumsum([b.cost for b in self.blocks], dtype=float)])
         self.memory_prefix = np.concatenate([[0.0], np.cumsum([b.memory for b in self.blocks], dtype=float)])
+        # M[i, j]: memory of blocks i:j (j > i), their sum plus the largest workspace among them
+        workspace = np.array([b.workspace for b in self.blocks], dtype=float)
+        largest = np.zeros((n + 1, n + 1))
+        for i in range(n):
+            largest[i, i + 1:] = np.maximum.accumulate(workspace[i:])
+        self.stage_memory = self.memory_prefix[None, :] - self.memory_prefix[:, None] + largest
         self._tables: dict[int, np.ndarray] = {}
         self._check_memory()
 
     def _check_memory(self) -> None:
-        total = self.memory_prefix[-1]
+        total = self.memory_prefix[-1] + max(b.workspace for b in self.blocks)
         largest = sorted((d.memory for d in self.devices), reverse=True)[: self.k]
         if total > sum(largest):
             raise InfeasiblePlacementError(
                 f"the model needs {total / 2**20:.1f} MiB but the {self.k} largest devices hold "
                 f"{sum(largest) / 2**20:.1f} MiB together; add devices, devices with more memory, or a smaller model/batch"
             )
-        biggest_block = max(self.blocks, key=lambda b: b.memory)
-        if biggest_block.memory > max(d.memory for d in self.devices):
+        biggest_block = max(self.blocks, key=lambda b: b.memory + b.workspace)
+        if biggest_block.memory + biggest_block.workspace > max(d.memory for d in self.devices):
             raise InfeasiblePlacementError(
-                f"block {biggest_block.name!r} needs {biggest_block.memory / 2**20:.1f} MiB, more than any device holds "
+                f"block {biggest_block.name!r} needs {(biggest_block.memory + biggest_block.workspace) / 2**20:.1f} MiB, more than any device holds "
                 f"({max(d.memory for d in self.devices) / 2**20:.1f} MiB); it cannot be placed whole"
             )
 
@@ -176,7 +186,7 @@ class Problem:
             compute = (self.cost_prefix[j] - self.cost_prefix[i]) / d.speed
             out = np.array([b.out_bytes for b in self.blocks] + [0.0])
             transfer = np.where(j < n, out[np.maximum(j - 1, 0)] / d.bandwidth, 0.0)
-            fits = (self.memory_prefix[j] - self.memory_prefix[i]) <= d.memory
+            fits = self.stage_memory <= d.memory
             self._tables[device] = np.where((j > i) & fits, compute + transfer, np.inf)
         return self._tables[device]
 
@@ -186,7 +196,7 @@ class Problem:
         feasible = True
         for device, (start, stop) in zip(order, bounds):
             compute, transfer = self.stage_time(start, stop, device)
-            memory = float(self.memory_prefix[stop] - self.memory_prefix[start])
+            memory = float(self.stage_memory[start, stop])
             feasible &= memory <= self.devices[device].memory
             stages.append(Stage(int(device), int(start), int(stop), compute, transfer, memory))
         return Placement(method=method, stages=tuple(stages), feasible=feasible, **extra)
@@ -204,6 +214,29 @@ class Problem:
         balanced = self.cost_prefix[-1] / sum(fastest[: self.k])
         largest_block = max(b.cost for b in self.blocks) / fastest[0]
         return float(max(balanced, largest_block))
+
+
+def memory_table(blocks: Sequence[Block], devices: Sequence[Device], stages: int, placement: Placement | None = None) -> str:
+    """Each stage's memory against its device's, as lines a refusal can show: ``placement``'s stages,
+    or (without one) an even split over the devices in order, with each block's need."""
+    if placement is not None:
+        bounds, order = placement.boundaries, placement.device_order
+    else:
+        cuts = np.linspace(0, len(blocks), stages + 1).round().astype(int)
+        bounds, order = list(zip(cuts[:-1], cuts[1:])), list(range(stages))
+    mib = 2.0**20
+    lines = []
+    for s, ((start, stop), device) in enumerate(zip(bounds, order)):
+        need = sum(b.memory for b in blocks[start:stop]) + max(b.workspace for b in blocks[start:stop])
+        holds = devices[device].memory
+        verdict = "fits" if need <= holds else f"short by {(need - holds) / mib:.1f} MiB"
+        lines.append(f"  stage {s}: blocks {blocks[start].name}..{blocks[stop - 1].name} need {need / mib:.1f} MiB "
+                     f"(parameters, gradients, optimizer state, activations) on {devices[device].name}, which holds "
+                     f"{holds / mib:.1f} MiB: {verdict}")
+    if placement is None:
+        lines.insert(0, "  split evenly, for illustration:")
+    lines.append("  per block: " + ", ".join(f"{b.name} {b.memory / mib:.1f} MiB" for b in blocks))
+    return "\n".join(lines)
 
 
 def min_max_cuts(tables: Sequence[np.ndarray]) -> tuple[float, list[tuple[int, int]]]:

@@ -14,7 +14,9 @@ from typing import Any
 import pytorch_lightning as pl
 import torch
 import torch.distributed as dist
+from lightning_fabric.utilities.optimizer import _optimizers_to_device
 from pytorch_lightning.loggers import TensorBoardLogger
+from pytorch_lightning.overrides.distributed import _sync_module_states
 from pytorch_lightning.trainer.states import TrainerFn
 from pytorch_lightning.utilities.rank_zero import rank_zero_warn
 
@@ -22,17 +24,19 @@ from lightning_hybrid.comm.collectives import (
     all_gather_object, broadcast_object,
 )
 from lightning_hybrid.comm.delayed_allreduce import DelayedAllReduce
-from lightning_hybrid.devices import Device, devices_from_config, devices_in_flops, free_memory, probe_speed
+from lightning_hybrid.devices import Device, PeakMemory, devices_from_config, devices_in_flops, free_memory, probe_speed
 from lightning_hybrid.pipeline import Mesh, PipelineParallel, StageModule, pipeline_blocks, pipeline_inputs, pipeline_loss
+from lightning_hybrid.pipeline.materialize import free, is_freed, materialize, meta_copy
 from lightning_hybrid.pipeline.schedules import SCHEDULES
 from lightning_hybrid.placement import METHODS, Placement, plan, profile_blocks
 from lightning_hybrid.placement.figure import format_placement, placement_figure
-from lightning_hybrid.placement.problem import Problem
+from lightning_hybrid.placement.problem import InfeasiblePlacementError, Problem, memory_table
 from lightning_hybrid.strategies import common
+from lightning_hybrid.strategies.stage_state import StageOnlyState
 
 log = logging.getLogger(__name__)
 
-class HybridParallelStrategy(common.RoutedEvaluation, common.UnwrappedDDPStrategy):
+class HybridParallelStrategy(StageOnlyState, common.RoutedEvaluation, common.UnwrappedDDPStrategy):
     """Pipeline parallelism x data parallelism, with the stages placed on devices by GABRA (or another method).
 
     The LightningModule's block sequence (``pipeline_blocks()``, see
@@ -50,12 +54,28 @@ class HybridParallelStrategy(common.RoutedEvaluation, common.UnwrappedDDPStrateg
     a number is a speed; speeds are relative, 1 being the FLOP/s rank 0 measures, see
     :mod:`lightning_hybrid.devices`), or ``None`` to measure each position's speed with a short probe (under
     ``sim.slowdown`` the probe and the stage's compute are slowed alike). Block costs are profiled
-    on the first batch (one micro-batch of it) unless ``input_shape`` is given.
+    on meta copies of the blocks (FLOPs, activation bytes: no memory) with one micro-batch of the
+    first batch, or at setup with ``input_shape``.
 
-    Checkpoints hold the full model and optimizer state (every stage's blocks are gathered before
-    saving), so they load into a single-device model. Validation, test and predict run through the
-    pipeline (the module's ``forward`` calls the block sequence, which the strategy routes through
-    the stages), and every rank gets the output.
+    Each rank holds only its stage's blocks. A model created in ``configure_model()`` is created on
+    the meta device (:meth:`tensor_init_context`; ``input_shape`` is then required, to plan at setup)
+    and each rank materialises its own stage, initialised by each module's ``reset_parameters()``
+    with the values one process would draw from the same seed
+    (:func:`~lightning_hybrid.pipeline.materialize.materialize`). A model built in ``__init__`` has
+    the other stages' parameters and buffers freed once the placement is made (its peak includes the
+    construction). Gradients and optimizer state exist for the stage's parameters only. The plan's
+    memory of each stage (parameters, gradients, ``optimizer_slots`` optimizer states, buffers and the
+    activations of the schedule's in-flight micro-batches) is checked against its device's memory
+    before training, and each rank's peak memory is logged beside it at each epoch's end
+    (``memory/rank<r>_peak_MiB``, ``memory/rank<r>_estimate_MiB``: CUDA's ``max_memory_allocated``, on
+    CPUs the peak resident set above the one at start).
+
+    Checkpoints hold the full model and optimizer state, gathered tensor by tensor to rank 0's CPU
+    memory (:meth:`full_state_dict`), so they load into a single-device model; resuming restores each
+    rank's own stage. Validation, test and predict run through the pipeline (the module's ``forward``
+    calls the block sequence, which the strategy routes through the stages), and every rank gets the
+    output. After ``fit`` the module on each rank still holds only its stage: take the whole model
+    from a checkpoint, or from :meth:`full_state_dict` (every rank calls it; rank 0 gets it).
 
     With a ``TensorBoardLogger`` among the Trainer's loggers, rank 0 logs the placement once planned
     (tag ``"placement"``, step 0): its stages as text, and as the figure of
@@ -78,10 +98,12 @@ class HybridParallelStrategy(common.RoutedEvaluation, common.UnwrappedDDPStrateg
         seed: GABRA's seed.
         gradient_sync: ``"sync"`` or ``"delayed"`` (across replicas).
         delay: steps of delay for ``"delayed"``.
-        input_shape: shape of one sample (e.g. ``[1, 28, 28]``). With ``devices`` it lets the plan be
-            checked before processes start (with ``datamodule.batch_size / micro_batches`` samples
-            if the Trainer knows the datamodule then, else one); the plan in use is always made at
-            the first batch, with one micro-batch of it.
+        input_shape: shape of one sample (e.g. ``[1, 28, 28]``): the plan is made at setup, before
+            any stage is materialised or moved to its device, for ``datamodule.batch_size /
+            micro_batches`` samples (one if the Trainer has no datamodule), and with ``devices``
+            checked before processes start. Required for a model built in ``configure_model()``.
+        optimizer_slots: optimizer state tensors per parameter, for the memory plan (1: SGD with
+            momentum, 2: Adam, 0: plain SGD).
         process_group_backend: ``None`` (gloo on CPU, nccl on GPU) or a backend name.
         processes_per_device: processes started on each device the Trainer gives (``devices=1,
             processes_per_device=2``: two processes on one GPU, whose group then uses gloo).
@@ -99,6 +121,7 @@ class HybridParallelStrategy(common.RoutedEvaluation, common.UnwrappedDDPStrateg
 
     strategy_name = "hybrid"
     process_role = "pipeline process"
+    logs_peak_memory = True  # memory/rank<r>_peak_MiB beside the plan's estimates (PeakMemoryMonitor stands aside)
     aliases = {"hybrid": ("GABRA-placed pipeline stages x data-parallel replicas (paper 003)", {})}
 
     def __init__(
@@ -115,6 +138,7 @@ class HybridParallelStrategy(common.RoutedEvaluation, common.UnwrappedDDPStrateg
         gradient_sync: str = "sync",
         delay: int = 1,
         input_shape: Sequence[int] | None = None,
+        optimizer_slots: int = 1,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -142,6 +166,8 @@ class HybridParallelStrategy(common.RoutedEvaluation, common.UnwrappedDDPStrateg
             raise ValueError(f"gradient_sync must be 'sync' or 'delayed', got {gradient_sync!r}")
         if isinstance(delay, bool) or not isinstance(delay, int) or delay < 0:
             raise ValueError(f"delay must be a non-negative integer, got {delay!r}")
+        if isinstance(optimizer_slots, bool) or not isinstance(optimizer_slots, int) or optimizer_slots < 0:
+            raise ValueError(f"optimizer_slots must be a non-negative integer, got {optimizer_slots!r}")
         self.device_specs = None if devices is None else devices_from_config(list(devices))
         if self.device_specs is not None and len(self.device_specs) != pipeline_stages:
             raise ValueError(
@@ -159,6 +185,9 @@ class HybridParallelStrategy(common.RoutedEvaluation, common.UnwrappedDDPStrateg
         self.gradient_sync = gradient_sync
         self.delay = delay
         self.input_shape = None if input_shape is None else [int(s) for s in input_shape]
+        self.optimizer_slots = optimizer_slots
+        self._init_states: dict[torch.nn.Module, torch.Tensor] | None = None  # noted in configure_model()
+        self._peak: PeakMemory | None = None
         #: Set by lightning_hybrid.sim: this rank's compute is slowed by this factor.
         self.compute_slowdown = 1.0
         #: The placement in use (the same on every rank), once planned.
@@ -172,6 +201,7 @@ class HybridParallelStrategy(common.RoutedEvaluation, common.UnwrappedDDPStrateg
         self._accumulate = 1
         self._step_grads: list[torch.Tensor | None] = []
         self._planned_for: pl.LightningModule | None = None  # the module whose blocks the pipeline holds
+        self._devices: list[Device] = []  # the placement's devices
 
     # ------------------------------------------------------------------ checks (before processes start)
     def check_trainer(self, trainer: pl.Trainer, model: pl.LightningModule | None) -> None:
@@ -183,6 +213,8 @@ class HybridParallelStrategy(common.RoutedEvaluation, common.UnwrappedDDPStrateg
         common.refuse_grad_scaler("HybridParallelStrategy", self.precision_plugin)
         if model is None:
             return
+        if _builds_in_configure_model(model):
+            return  # no blocks before configure_model(): checked at setup, on the meta device
         blocks = pipeline_blocks(model)
         pipeline_loss(model)  # training runs the blocks, not training_step: a loss must be there
         if type(model).training_step is not pl.LightningModule.training_step and not callable(
@@ -210,7 +242,8 @@ class HybridParallelStrategy(common.RoutedEvaluation, common.UnwrappedDDPStrateg
 
     def _micro_batch_size_hint(self, trainer: pl.Trainer) -> int:
         datamodule = trainer.datamodule if hasattr(trainer, "datamodule") else None
-        batch = getattr(datamodule, "batch_size", None) or self.micro_batches
+        hparams = getattr(datamodule, "hparams", None) or {}
+        batch = getattr(datamodule, "batch_size", None) or hparams.get("batch_size") or self.micro_batches
         return max(int(batch) // self.micro_batches, 1)
 
     def inject_compute_slowdown(self, factor: float) -> None:
@@ -225,19 +258,51 @@ class HybridParallelStrategy(common.RoutedEvaluation, common.UnwrappedDDPStrateg
         """Shard data over replicas only: the ranks of one pipeline see the same batches."""
         return {"num_replicas": self.data_parallel, "rank": self.global_rank // self.pipeline_stages}
 
+    def setup_environment(self) -> None:
+        super().setup_environment()
+        self._peak = PeakMemory(self.root_device)
+        self._peak.start()
+
     def setup(self, trainer: pl.Trainer) -> None:
-        super().setup(trainer)
         self.check_trainer(trainer, None)
         module = self.lightning_module
         pipeline_blocks(module)
         if self._pp_group is None:
             layout = Mesh(self.pipeline_stages, self.data_parallel)
             self._pp_group, self._dp_group = layout.groups(self.global_rank, self._get_process_group_backend())
+        if is_freed(module) and self.placement is None:
+            if self.input_shape is None:
+                raise ValueError(
+                    f"{type(module).__name__} was created on the meta device (configure_model()); HybridParallelStrategy "
+                    "plans its stages at setup then, from the shape of one sample: set input_shape, e.g. "
+                    "HybridParallelStrategy(input_shape=[1, 28, 28]) or strategy.input_shape=[1,28,28]"
+                )
+        if self.input_shape is not None and self.placement is None:
+            example = torch.zeros(self._micro_batch_size_hint(trainer), *self.input_shape, device="meta")
+            self._adopt(self._agreed_placement(module, example))
+        self._setup_stage(trainer)
         if trainer.state.fn == TrainerFn.FITTING:
             common.single_optimizer("HybridParallelStrategy", self.optimizers)
             self._accumulate = max(trainer.accumulate_grad_batches, 1)
             self.attach_sync_points(trainer)
         self._wrap_gradient_clipping()
+
+    def _setup_stage(self, trainer: pl.Trainer) -> None:
+        """DDPStrategy.setup without its wrapper, and without its broadcast of rank 0's model before
+        evaluation once ranks hold only their stages (rank 0's tensors of other stages are empty)."""
+        fitting = trainer.state.fn == TrainerFn.FITTING
+        self.accelerator.setup(trainer)
+        if fitting and self._layer_sync:
+            self.model = self._layer_sync.apply(self.model)
+        self.precision_plugin.convert_module(self.model)
+        self.model_to_device()
+        if fitting:
+            self.setup_optimizers(trainer)
+        elif not is_freed(self.model):
+            _sync_module_states(self.model)
+        self.setup_precision_plugin()
+        if fitting:
+            _optimizers_to_device(self.optimizers, self.root_device)
 
     # ------------------------------------------------------------------ placement
     def _given_devices(self) -> list[Device]:
@@ -252,51 +317,98 @@ class HybridParallelStrategy(common.RoutedEvaluation, common.UnwrappedDDPStrateg
         return [Device(f"rank{p}", speed=s, memory=m) for p, (s, m) in enumerate(speeds[: self.pipeline_stages])]
 
     def _plan(self, module: pl.LightningModule, example: torch.Tensor, devices: list[Device]) -> Placement:
-        blocks_seq = pipeline_blocks(module)
-        was_training = blocks_seq.training
-        blocks_seq.train()
+        """Profile the blocks on ``example`` (one micro-batch) and place them. FLOPs and memory come
+        from meta copies of the blocks (no memory, whatever the model's size); ``placement="time"``
+        times the real blocks."""
+        named = list(pipeline_blocks(module).named_children())
+        timed = self.placement_method == "time"
+        if timed and is_freed(module):
+            raise ValueError("placement='time' times the real blocks, but the model is on the meta device "
+                             "(configure_model()); use placement='gabra' or 'exact', or build the model in __init__")
+        was_training = [block.training for _, block in named]
         # Profiling runs backward: the first batch may come from validation (the sanity check, or
         # trainer.validate before any fit), under Lightning's inference mode.
         with torch.inference_mode(False), torch.enable_grad():
+            pairs = named if timed else [(name, meta_copy(block)) for name, block in named]
+            if not timed:  # shapes only; at least 2 samples: BatchNorm in training mode refuses one per channel
+                example = torch.empty(max(len(example), 2), *example.shape[1:], dtype=example.dtype, device="meta")
+            else:
+                example = example.clone()
+            for _, block in pairs:
+                block.train()
             blocks = profile_blocks(
-                blocks_seq, example.clone(), measure_time=self.placement_method == "time", repeats=2,
+                pairs, example, optimizer_slots=self.optimizer_slots, measure_time=timed, repeats=2,
                 in_flight=min(self.micro_batches, self.pipeline_stages),
             )
-        blocks_seq.train(was_training)
-        if isinstance(self.placement_method, str):
-            return plan(
-                blocks, devices, method=self.placement_method, objective=self.objective,
-                stages=self.pipeline_stages, seed=self.seed, **self.placement_options,
+        for (_, block), training in zip(named, was_training):
+            block.train(training)
+        try:
+            if isinstance(self.placement_method, str):
+                return plan(
+                    blocks, devices, method=self.placement_method, objective=self.objective,
+                    stages=self.pipeline_stages, seed=self.seed, **self.placement_options,
+                )
+            edges = [0]
+            for size in self.placement_method:
+                edges.append(edges[-1] + size)
+            problem = Problem(blocks, devices, self.pipeline_stages)
+            placement = problem.placement("given", list(range(self.pipeline_stages)), list(zip(edges[:-1], edges[1:])))
+        except InfeasiblePlacementError as error:
+            raise InfeasiblePlacementError(f"{error}\n{memory_table(blocks, devices, self.pipeline_stages)}") from None
+        if not placement.feasible:
+            raise InfeasiblePlacementError(
+                f"the given stage sizes {self.placement_method} do not fit the devices' memory:\n"
+                + memory_table(blocks, devices, self.pipeline_stages, placement)
             )
-        edges = [0]
-        for size in self.placement_method:
-            edges.append(edges[-1] + size)
-        return Problem(blocks, devices, self.pipeline_stages).placement(
-            "given", list(range(self.pipeline_stages)), list(zip(edges[:-1], edges[1:]))
-        )
+        return placement
 
-    def _ensure_pipeline(self, inputs: torch.Tensor) -> PipelineParallel:
-        """Plan on rank 0 with one micro-batch of the first batch, share the placement, build this rank's stage."""
-        module = self.lightning_module
-        if self.pipeline is not None and self._planned_for is module:  # every step: no search for the blocks
-            return self.pipeline
+    def _agreed_placement(self, module: pl.LightningModule, example: torch.Tensor) -> Placement:
+        """Rank 0 plans with ``example`` (one micro-batch); every rank gets the placement, or its error."""
         devices = self._given_devices() if self.device_specs is not None else self._probe_devices()
         planned: Placement | Exception | None = None
         if self.global_rank == 0:
-            micro = inputs[: max(len(inputs) // self.micro_batches, 1)]
-            if self.input_shape is not None:
-                micro = torch.zeros(len(micro), *self.input_shape, device=inputs.device, dtype=inputs.dtype)
             try:
-                planned = self._plan(module, micro.detach(), devices)
+                planned = self._plan(module, example, devices)
             except Exception as error:  # every rank must learn of it, not only rank 0
                 planned = error
         planned = broadcast_object(planned, src=0)
         if isinstance(planned, Exception):
             raise planned
-        self.placement = planned
-        self.mesh = Mesh(self.pipeline_stages, self.data_parallel, tuple(self.placement.device_order))
-        blocks = pipeline_blocks(module)
-        named = list(blocks.named_children())
+        self._devices = devices
+        return planned
+
+    def _adopt(self, placement: Placement) -> None:
+        """Use ``placement``: this rank keeps (or materialises) its stage's blocks and frees the others."""
+        self.placement = placement
+        self.mesh = Mesh(self.pipeline_stages, self.data_parallel, tuple(placement.device_order))
+        stage = self.placement.stages[self.mesh.stage_of(self.global_rank)]
+        blocks = [block for _, block in pipeline_blocks(self.lightning_module).named_children()]
+        own = range(stage.start, stage.stop)
+        if any(is_freed(block) for block in blocks):
+            materialize(blocks, own, "cpu", self._init_states)  # model_to_device moves it on
+        else:
+            for index, block in enumerate(blocks):
+                if index not in own:
+                    free(block)
+        outside = [name for name, t in [*self.lightning_module.named_parameters(), *self.lightning_module.named_buffers()]
+                   if t.is_meta and not any(t is u for b in blocks for u in [*b.parameters(), *b.buffers()])]
+        if outside:
+            raise ValueError(f"parameters outside pipeline_blocks() are on the meta device ({', '.join(outside[:5])}): "
+                             "create them outside configure_model(), or inside a block")
+
+    def _ensure_pipeline(self, inputs: torch.Tensor) -> PipelineParallel:
+        """This rank's stage of the pipeline; planned on rank 0 with one micro-batch of the first batch
+        unless it was at setup (``input_shape``)."""
+        module = self.lightning_module
+        if self.pipeline is not None and self._planned_for is module:  # every step: no search for the blocks
+            return self.pipeline
+        if self.placement is None:
+            # one micro-batch of this batch, or of the training batch when this one is smaller (validation's last)
+            size = max(len(inputs) // self.micro_batches, self._micro_batch_size_hint(module.trainer), 1)
+            micro = inputs[:1].expand(size, *inputs.shape[1:]) if self.placement_method != "time" else inputs[:size]
+            self._adopt(self._agreed_placement(module, micro))
+        devices = self._devices
+        named = list(pipeline_blocks(module).named_children())
         self.pipeline = PipelineParallel(
             named, [(st.start, st.stop) for st in self.placement.stages], self.mesh, self.global_rank, self._pp_group,
             self.root_device, slowdown=self.compute_slowdown,
@@ -309,7 +421,7 @@ class HybridParallelStrategy(common.RoutedEvaluation, common.UnwrappedDDPStrateg
                 self.placement.method, self.placement.bottleneck, self.placement.seconds,
                 "; ".join(
                     f"stage {s}: {names[st.start]}..{names[st.stop - 1]} on rank {self.mesh.order[s]} "
-                    f"({devices[st.device].name}, {st.time_s:.4g})"
+                    f"({devices[st.device].name}, {st.time_s:.4g} s, {st.memory / 2**20:.0f} MiB)"
                     for s, st in enumerate(self.placement.stages)
                 ),
             )
@@ -353,9 +465,11 @@ class HybridParallelStrategy(common.RoutedEvaluation, common.UnwrappedDDPStrateg
         inputs, target = pipeline_inputs(module, args[0])
         pipeline = self._ensure_pipeline(inputs)
         # The schedule runs backward now, but Lightning zeroes gradients between training_step and
-        # backward: keep this step's gradients aside and add them in backward().
+        # backward: keep this step's gradients aside and add them in backward(). The earlier ones
+        # are kept only while gradients accumulate over batches (else Lightning drops them anyway,
+        # and holding them would double the stage's gradient memory).
         params = list(pipeline.stage_module.parameters())
-        earlier = [p.grad for p in params]
+        earlier = [p.grad if self._accumulate > 1 else None for p in params]
         for p in params:
             p.grad = None
         with self.precision_plugin.train_step_context():
@@ -413,7 +527,24 @@ class HybridParallelStrategy(common.RoutedEvaluation, common.UnwrappedDDPStrateg
 
     def on_sync_end(self) -> None:
         self.sync_point()
-        self.gather_model()
+
+    def after_epoch_sync(self, pl_module: pl.LightningModule) -> None:
+        """Each rank's peak memory beside its stage's estimate (every rank logs every rank's)."""
+        peak = self._peak.peak() if self._peak is not None else None
+        estimate = None
+        if self.placement is not None and self.mesh is not None:
+            estimate = self.placement.stages[self.mesh.stage_of(self.global_rank)].memory
+        figures = all_gather_object((peak, estimate))
+        report = []
+        for rank, (peak, estimate) in enumerate(figures):
+            if peak is not None:
+                pl_module.log(f"memory/rank{rank}_peak_MiB", peak / 2**20, sync_dist=True)  # the same on every rank
+            if estimate is not None and estimate != float("inf"):
+                pl_module.log(f"memory/rank{rank}_estimate_MiB", estimate / 2**20, sync_dist=True)
+            if peak is not None and estimate is not None:
+                report.append(f"rank {rank} {peak / 2**20:.0f} / {estimate / 2**20:.0f}")
+        if report and self.global_rank == 0:
+            log.info("HybridParallelStrategy memory, peak above the start / the plan's estimate (MiB): %s", "; ".join(report))
 
     def _wrap_gradient_clipping(self) -> None:
         """Clip by the norm of the whole model's gradient, summed over the pipeline's stages."""
@@ -437,25 +568,14 @@ class HybridParallelStrategy(common.RoutedEvaluation, common.UnwrappedDDPStrateg
 
         return forward
 
-    # ------------------------------------------------------------------ full checkpoints
-    def gather_model(self) -> None:
-        """Every rank of a pipeline holds the whole trained model afterwards."""
-        if self.pipeline is not None:
-            self.pipeline.gather_model()
-
-    def lightning_module_state_dict(self) -> dict[str, Any]:
-        self.gather_model()
-        return super().lightning_module_state_dict()
-
-    def optimizer_state(self, optimizer: Any) -> dict[str, Any]:
-        """The optimizer's state for every stage's parameters (each rank keeps its own stage's)."""
-        state = super().optimizer_state(optimizer)
-        if self.pipeline is not None:
-            state["state"] = self.pipeline.gather_optimizer_state(state["state"])
-        return state
-
     def teardown(self) -> None:
         if self.exchange is not None:
             self.exchange.close()
             self.exchange = None
         super().teardown()
+
+
+def _builds_in_configure_model(model: pl.LightningModule) -> bool:
+    """The module has no parameters yet and overrides ``configure_model()`` (it builds its layers there)."""
+    overridden = type(model).configure_model is not pl.LightningModule.configure_model
+    return overridden and next(iter(model.parameters()), None) is None

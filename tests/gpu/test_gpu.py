@@ -236,3 +236,15 @@ def test_adni_volumes_are_held_on_the_gpu_by_default_and_train(tmp_path):
     assert images.is_cuda and labels.is_cuda
     (result,) = trainer.test(module, datamodule=dm, verbose=False)
     assert 0.0 <= result["test/bacc"] <= 1.0
+
+
+def test_pipeline_stages_sharing_one_gpu_hold_only_their_part(tmp_path):
+    """4 blocks of Linear(4096, 4096) built in configure_model(), 2 stages on one GPU: each process
+    materialises only its 2 blocks, and its peak CUDA allocation (max_memory_allocated above the start)
+    stays within 1.3x the plan's estimate of its stage."""
+    run_script(TESTS / "stage_memory_script.py", tmp_path, "--stages", "2", "--width", "4096", "--steps", "2",
+               "--accelerator", "gpu", "--processes-per-device", "2")
+    ranks = load(tmp_path / "result.pt")["ranks"]
+    for rank, (real, freed, peak, estimate) in enumerate(ranks):
+        assert real == freed == 2 * (4096 * 4096 + 4096) * 4, rank
+        assert 0 < peak <= 1.3 * estimate, f"rank {rank}: peak {peak / 2**20:.0f} MiB, estimate {estimate / 2**20:.0f} MiB"
