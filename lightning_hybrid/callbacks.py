@@ -114,7 +114,8 @@ class PeakMemoryMonitor(pl.Callback):
         peak = self._peak.peak() if self._peak is not None else None
         if peak is None or getattr(trainer.strategy, "logs_peak_memory", False):
             return
-        peaks = trainer.strategy.all_gather(torch.tensor([peak / 2**20], dtype=torch.float64))
+        # on the rank's device: NCCL gathers CUDA tensors only
+        peaks = trainer.strategy.all_gather(torch.tensor([peak / 2**20], dtype=torch.float64, device=trainer.strategy.root_device))
         for rank, value in enumerate(peaks.reshape(-1).tolist()):
             pl_module.log(f"memory/rank{rank}_peak_MiB", value, sync_dist=True)  # the same on every rank
 

@@ -7,11 +7,13 @@ on the meta device, and meta copies for planning.
 * :class:`RecordRandomState` notes the CPU random state when each module registers its first
   parameter (as a model is created on the meta device, where nothing is drawn), and
   :func:`materialize` gives such a model real tensors for the blocks of one stage: every module up to
-  the stage's last is initialised in creation order by its ``reset_parameters()`` on the CPU,
-  continuing one random stream and jumping to a noted state only where it changed between two
-  modules' creation (the model's own ``torch.manual_seed`` calls), so the values are those one
-  process draws building the whole model; the other stages' blocks are freed right after their
-  draws (at most one of them held at a time).
+  the stage's last is initialised by its ``reset_parameters()`` on the CPU, in block order and within
+  a block in registration order, continuing one random stream and jumping to a noted state only where
+  it changed between two modules' creation (the model's own ``torch.manual_seed`` calls; nothing else
+  changes it on the meta device). Where that order is the order the modules were created (an
+  ``nn.Sequential`` built front to back), the values are those one process draws building the whole
+  model; the other stages' blocks are freed right after their draws (at most one of them held at a
+  time).
 * :func:`meta_copy` is a block with the same structure on the meta device (for FLOPs and
   activation sizes without memory).
 """

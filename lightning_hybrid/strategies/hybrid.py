@@ -215,6 +215,13 @@ class HybridParallelStrategy(StageOnlyState, common.RoutedEvaluation, common.Unw
             return
         if _builds_in_configure_model(model):
             return  # no blocks before configure_model(): checked at setup, on the meta device
+        self._check_module(model)
+        if self.input_shape is not None and self.device_specs is not None:
+            self._plan(model, torch.zeros(self._micro_batch_size_hint(trainer), *self.input_shape), self._given_devices())
+
+    def _check_module(self, model: pl.LightningModule) -> None:
+        """The module's part of the checks: its blocks, its loss, the stage sizes (before processes
+        start, or at setup for a module that builds its blocks in ``configure_model()``)."""
         blocks = pipeline_blocks(model)
         pipeline_loss(model)  # training runs the blocks, not training_step: a loss must be there
         if type(model).training_step is not pl.LightningModule.training_step and not callable(
@@ -237,8 +244,6 @@ class HybridParallelStrategy(StageOnlyState, common.RoutedEvaluation, common.Unw
                 f"placement stage sizes {self.placement_method} add up to {sum(self.placement_method)} blocks, "
                 f"the model has {len(blocks)}"
             )
-        if self.input_shape is not None and self.device_specs is not None:
-            self._plan(model, torch.zeros(self._micro_batch_size_hint(trainer), *self.input_shape), self._given_devices())
 
     def _micro_batch_size_hint(self, trainer: pl.Trainer) -> int:
         datamodule = trainer.datamodule if hasattr(trainer, "datamodule") else None
@@ -271,6 +276,7 @@ class HybridParallelStrategy(StageOnlyState, common.RoutedEvaluation, common.Unw
             layout = Mesh(self.pipeline_stages, self.data_parallel)
             self._pp_group, self._dp_group = layout.groups(self.global_rank, self._get_process_group_backend())
         if is_freed(module) and self.placement is None:
+            self._check_module(module)  # configure_model() has built its blocks, on the meta device
             if self.input_shape is None:
                 raise ValueError(
                     f"{type(module).__name__} was created on the meta device (configure_model()); HybridParallelStrategy "
@@ -298,7 +304,7 @@ class HybridParallelStrategy(StageOnlyState, common.RoutedEvaluation, common.Unw
         self.model_to_device()
         if fitting:
             self.setup_optimizers(trainer)
-        elif not is_freed(self.model):
+        elif self.placement is None:  # decided alike on every rank: nothing is freed before a placement
             _sync_module_states(self.model)
         self.setup_precision_plugin()
         if fitting:
@@ -384,12 +390,17 @@ class HybridParallelStrategy(StageOnlyState, common.RoutedEvaluation, common.Unw
         stage = self.placement.stages[self.mesh.stage_of(self.global_rank)]
         blocks = [block for _, block in pipeline_blocks(self.lightning_module).named_children()]
         own = range(stage.start, stage.stop)
-        if any(is_freed(block) for block in blocks):
-            materialize(blocks, own, "cpu", self._init_states)  # model_to_device moves it on
-        else:
-            for index, block in enumerate(blocks):
-                if index not in own:
-                    free(block)
+        with torch.inference_mode(False):  # the first batch may be the sanity check's, under inference mode
+            if any(is_freed(block) for block in blocks):
+                materialize(blocks, own, "cpu", self._init_states)  # model_to_device moves it on
+            else:
+                for index, block in enumerate(blocks):
+                    if index not in own:
+                        freed = [*block.parameters()]
+                        free(block)
+                        for optimizer in self.optimizers:  # state restored from a checkpoint before the plan
+                            for param in freed:
+                                common.unwrap_optimizer(optimizer).state.pop(param, None)
         outside = [name for name, t in [*self.lightning_module.named_parameters(), *self.lightning_module.named_buffers()]
                    if t.is_meta and not any(t is u for b in blocks for u in [*b.parameters(), *b.buffers()])]
         if outside:

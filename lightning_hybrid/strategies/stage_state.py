@@ -13,8 +13,10 @@ from contextlib import contextmanager
 from typing import Any
 
 import torch
+from lightning_fabric.utilities.device_dtype_mixin import _update_properties
 
 from lightning_hybrid.comm.collectives import broadcast_, broadcast_object
+from lightning_hybrid.pipeline import pipeline_blocks
 from lightning_hybrid.pipeline.materialize import RecordRandomState, is_freed
 from lightning_hybrid.strategies import common
 
@@ -22,8 +24,8 @@ from lightning_hybrid.strategies import common
 class StageOnlyState:
     """Each rank's own stage as the model's state; the whole model on rank 0 for checkpoints.
 
-    Needs ``pipeline`` (a :class:`~lightning_hybrid.pipeline.PipelineParallel` once planned, else
-    None), ``mesh`` and ``_pp_group`` from the strategy."""
+    Needs ``placement`` (the :class:`~lightning_hybrid.placement.Placement` in use, else None),
+    ``mesh`` and ``_pp_group`` from the strategy."""
 
     @contextmanager
     def tensor_init_context(self, empty_init: bool | None = None) -> Generator[None, None, None]:
@@ -43,13 +45,17 @@ class StageOnlyState:
         """The stage's tensors to this rank's device; the other stages' stay on the meta device."""
         assert self.model is not None
         self.model._apply(lambda t: t if t.is_meta else t.to(self.root_device))
+        _update_properties(self.model, device=self.root_device)  # what module.to() records: self.device
 
     def _holders(self) -> dict[int, int]:
-        """``id(tensor)`` -> the rank of this replica that holds it, for every block tensor."""
+        """``id(tensor)`` -> the rank of this replica that holds it, for every block tensor (from the
+        placement: valid from setup on, before the first batch builds the pipeline)."""
+        blocks = [block for _, block in pipeline_blocks(self.lightning_module).named_children()]
+        replica = self.mesh.replica_of(self.global_rank)
         holders: dict[int, int] = {}
-        for stage, (start, stop) in enumerate(self.pipeline.stage_blocks):
-            rank = self.mesh.stage_rank(self.pipeline.replica, stage)
-            for _, block in self.pipeline.blocks[start:stop]:
+        for index, stage in enumerate(self.placement.stages):
+            rank = self.mesh.stage_rank(replica, index)
+            for block in blocks[stage.start:stage.stop]:
                 holders.update((id(t), rank) for t in [*block.parameters(), *block.buffers()])
         return holders
 
@@ -58,9 +64,9 @@ class StageOnlyState:
         ranks of its pipeline that hold each stage (collective: every rank calls it; the others get
         ``{}``). Never more than one tensor of another stage on a rank's device."""
         module = self.lightning_module
-        if self.pipeline is None:
+        if self.placement is None:  # not placed yet: every rank holds the whole model
             return {name: t.detach().cpu() for name, t in module.state_dict().items()}
-        if self.pipeline.replica != 0:  # rank 0's pipeline gathers; the other replicas hold the same
+        if self.mesh.replica_of(self.global_rank) != 0:  # rank 0's pipeline gathers; the other replicas hold the same
             return {}
         holders = self._holders()
         full: dict[str, torch.Tensor] = {}
@@ -82,7 +88,7 @@ class StageOnlyState:
         """The optimizer's state for every stage's parameters on rank 0, parameter by parameter from the
         rank that holds it (the other ranks get their own stage's)."""
         state = super().optimizer_state(optimizer)
-        if self.pipeline is None or self.pipeline.replica != 0:
+        if self.placement is None or self.mesh.replica_of(self.global_rank) != 0:
             return state
         holders = self._holders()
         params = [p for group in common.unwrap_optimizer(optimizer).param_groups for p in group["params"]]
