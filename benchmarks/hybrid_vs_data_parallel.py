@@ -36,9 +36,9 @@ from pathlib import Path
 
 from epoch_time import epoch_times
 
-SIZE = 32  # voxels per side: ResAttNet-18 at a CPU resolution
+SIZE = 48  # voxels per side: ResAttNet-18 at a CPU resolution
 BATCH = 8  # the global batch of every contender
-DATA = ["data=adni_synthetic", "data.subjects=48", f"data.image_shape=[{SIZE},{SIZE},{SIZE}]",
+DATA = ["data=adni_synthetic", "data.subjects=64", f"data.image_shape=[{SIZE},{SIZE},{SIZE}]",
         f"data.volume_shape=[{SIZE},{SIZE},{SIZE}]", "data.augment=false", "model=resattnet3d_18",
         "optimizer=adam_mri", "callbacks=[epoch_timer,peak_memory]", "logger=csv", "trainer.enable_progress_bar=false",
         "trainer.num_sanity_val_steps=0", "trainer.limit_val_batches=0", "trainer.limit_test_batches=0"]
@@ -100,7 +100,7 @@ def budget_check(budget_mib: float) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scenario", action="append", choices=list(SCENARIOS), help="repeatable; default: all")
-    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--budget", type=float, default=None, help="MiB a rank may hold: the model that does not fit")
     parser.add_argument("--workdir", type=Path, default=Path("benchmarks/results/hybrid_vs_data_parallel_runs"))
     args = parser.parse_args()
