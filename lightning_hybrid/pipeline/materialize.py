@@ -55,7 +55,7 @@ def is_freed(module: nn.Module) -> bool:
 def free(module: nn.Module) -> None:
     """Replace every parameter and buffer of ``module`` by a meta tensor in place (same objects)."""
     for sub in module.modules():
-        for name, tensor in list(sub._parameters.items()):
+        for tensor in list(sub._parameters.values()):
             if tensor is not None and not tensor.is_meta:
                 tensor.grad = None
                 swap_tensors(tensor, nn.Parameter(torch.empty_like(tensor, device="meta"), tensor.requires_grad))

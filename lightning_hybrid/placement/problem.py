@@ -56,6 +56,11 @@ class Block:
                 raise ValueError(f"block {self.name!r}: {what} must be a finite number >= 0, got {value!r}")
 
 
+def stage_bytes(blocks: Sequence[Block]) -> float:
+    """Memory a run of blocks needs on one device: their sum plus the largest of their workspaces."""
+    return float(sum(b.memory for b in blocks) + max(b.workspace for b in blocks))
+
+
 @dataclass(frozen=True)
 class Stage:
     """Blocks ``start:stop`` on device ``device`` (an index into the devices list)."""
@@ -145,7 +150,7 @@ class Problem:
         self.n, self.m = n, m
         self.cost_prefix = np.concatenate([[0.0], np.cumsum([b.cost for b in self.blocks], dtype=float)])
         self.memory_prefix = np.concatenate([[0.0], np.cumsum([b.memory for b in self.blocks], dtype=float)])
-        # M[i, j]: memory of blocks i:j (j > i), their sum plus the largest workspace among them
+        # M[i, j]: stage_bytes(blocks[i:j]) for j > i, from prefix sums and running maxima
         workspace = np.array([b.workspace for b in self.blocks], dtype=float)
         largest = np.zeros((n + 1, n + 1))
         for i in range(n):
@@ -155,17 +160,17 @@ class Problem:
         self._check_memory()
 
     def _check_memory(self) -> None:
-        total = self.memory_prefix[-1] + max(b.workspace for b in self.blocks)
+        total = stage_bytes(self.blocks)
         largest = sorted((d.memory for d in self.devices), reverse=True)[: self.k]
         if total > sum(largest):
             raise InfeasiblePlacementError(
                 f"the model needs {total / 2**20:.1f} MiB but the {self.k} largest devices hold "
                 f"{sum(largest) / 2**20:.1f} MiB together; add devices, devices with more memory, or a smaller model/batch"
             )
-        biggest_block = max(self.blocks, key=lambda b: b.memory + b.workspace)
-        if biggest_block.memory + biggest_block.workspace > max(d.memory for d in self.devices):
+        biggest_block = max(self.blocks, key=lambda b: stage_bytes([b]))
+        if stage_bytes([biggest_block]) > max(d.memory for d in self.devices):
             raise InfeasiblePlacementError(
-                f"block {biggest_block.name!r} needs {(biggest_block.memory + biggest_block.workspace) / 2**20:.1f} MiB, more than any device holds "
+                f"block {biggest_block.name!r} needs {stage_bytes([biggest_block]) / 2**20:.1f} MiB, more than any device holds "
                 f"({max(d.memory for d in self.devices) / 2**20:.1f} MiB); it cannot be placed whole"
             )
 
@@ -227,7 +232,7 @@ def memory_table(blocks: Sequence[Block], devices: Sequence[Device], stages: int
     mib = 2.0**20
     lines = []
     for s, ((start, stop), device) in enumerate(zip(bounds, order)):
-        need = sum(b.memory for b in blocks[start:stop]) + max(b.workspace for b in blocks[start:stop])
+        need = stage_bytes(blocks[start:stop])
         holds = devices[device].memory
         verdict = "fits" if need <= holds else f"short by {(need - holds) / mib:.1f} MiB"
         lines.append(f"  stage {s}: blocks {blocks[start].name}..{blocks[stop - 1].name} need {need / mib:.1f} MiB "

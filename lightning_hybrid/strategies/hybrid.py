@@ -394,15 +394,18 @@ class HybridParallelStrategy(StageOnlyState, common.RoutedEvaluation, common.Unw
             if any(is_freed(block) for block in blocks):
                 materialize(blocks, own, "cpu", self._init_states)  # model_to_device moves it on
             else:
-                for index, block in enumerate(blocks):
-                    if index not in own:
-                        freed = [*block.parameters()]
-                        free(block)
-                        for optimizer in self.optimizers:  # state restored from a checkpoint before the plan
-                            for param in freed:
-                                common.unwrap_optimizer(optimizer).state.pop(param, None)
-        outside = [name for name, t in [*self.lightning_module.named_parameters(), *self.lightning_module.named_buffers()]
-                   if t.is_meta and not any(t is u for b in blocks for u in [*b.parameters(), *b.buffers()])]
+                others = [block for index, block in enumerate(blocks) if index not in own]
+                freed = [param for block in others for param in block.parameters()]
+                for block in others:
+                    free(block)
+                for optimizer in self.optimizers:  # state restored from a checkpoint before the plan
+                    state = common.unwrap_optimizer(optimizer).state
+                    for param in freed:
+                        state.pop(param, None)
+        in_blocks = {id(t) for block in blocks for t in [*block.parameters(), *block.buffers()]}
+        module = self.lightning_module
+        outside = [name for name, t in [*module.named_parameters(), *module.named_buffers()]
+                   if t.is_meta and id(t) not in in_blocks]
         if outside:
             raise ValueError(f"parameters outside pipeline_blocks() are on the meta device ({', '.join(outside[:5])}): "
                              "create them outside configure_model(), or inside a block")
