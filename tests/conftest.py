@@ -10,6 +10,7 @@ import os
 import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -144,6 +145,13 @@ def shared_train_script(tmp_path_factory: pytest.TempPathFactory, *args: str) ->
             run_train_script(out, *args)
             (out / "done").touch()
     return out
+
+
+def free_port() -> int:
+    """A TCP port free on this machine now (for a rendezvous the test sets up itself)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def alive(pid: int) -> bool:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
-import socket
 
 import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+
+from conftest import free_port
 
 from lightning_hybrid.comm.delayed_allreduce import DelayedAllReduce, make_buckets, validate
 
@@ -89,12 +90,6 @@ def reference(delay: int, compensation) -> list[torch.Tensor]:
     for item in pending:
         apply(*item)
     return [p.detach() for p in params]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.multiprocess

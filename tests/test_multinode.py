@@ -5,7 +5,6 @@ SLURMEnvironment); the parameter server is reached through the rendezvous."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -13,15 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import REFERENCE, TRAIN_SCRIPT, shared_train_script
+from conftest import REFERENCE, TRAIN_SCRIPT, free_port, shared_train_script
 
 pytestmark = pytest.mark.multiprocess
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def two_launchers(out: Path, *args: str, launcher: str = "torchrun", timeout: float = 240) -> None:

@@ -37,6 +37,8 @@ def _run_child(request: dict) -> None:
     if "ignore" in request["env"].get("PYTHONWARNINGS", "").split(","):
         warnings.simplefilter("ignore")
     argv = request["argv"]
+    # As ``python`` would: PYTHONPATH's folders after the script's own.
+    sys.path[1:1] = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
     # An exception or SystemExit raised by the script ends this child as it would end ``python``
     # (the traceback or message printed, its exit code); a script that returns exits with 0.
     if argv[0] == "-m":

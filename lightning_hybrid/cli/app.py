@@ -30,11 +30,14 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from pytorch_lightning.accelerators import CPUAccelerator
+from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from lightning_hybrid.classifier import ClassifierModule
 from lightning_hybrid.callbacks import HeterogeneitySimulator, ProgressLog
 from lightning_hybrid.cli.relaunch import child_ranks_rerun_this_job, in_multirun
+from lightning_hybrid.cli.resume import record_end, record_start, resolve_ckpt_path
 from lightning_hybrid.cli.slurm import submitit_task_as_rank, task_threads  # also registers ${lh_slurm:...}
+from lightning_hybrid.preemption import Preemption, Stop
 from lightning_hybrid.strategies.checkpoint_io import AtomicCheckpointIO
 
 log = logging.getLogger("lightning_hybrid")
@@ -209,6 +212,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     """Fit, then test, the configured run; return its final metrics (rank 0 also reports them)."""
     with job_scope():
         submitit_task_as_rank()  # a task of hydra/launcher=slurm_local: one rank, as under SLURM
+        ckpt_path = resolve_ckpt_path(cfg)  # first: resuming an interrupted run writes on in its folder
         pl.seed_everything(cfg.seed, workers=True)
         spread_processes_over_gpus(cfg, torch.cuda.device_count() if torch.cuda.is_available() else 0)
         datamodule = build(cfg.data)
@@ -222,9 +226,11 @@ def train(cfg: DictConfig) -> dict[str, float]:
         strategy = build_strategy(cfg.strategy)
         # The suite's strategies save atomically; Lightning's own (ddp, single) get the same plugin.
         own_io = getattr(strategy, "_checkpoint_io", None) is not None
+        preemption = Preemption(dirpath=Path(cfg.paths.output_dir) / "checkpoints",
+                                requeue_signal=cfg.get("requeue_signal") or None)
         trainer: pl.Trainer = build(
-            cfg.trainer, strategy=strategy, callbacks=build_callbacks(cfg, datamodule), logger=loggers or False,
-            plugins=[] if own_io else [AtomicCheckpointIO()],
+            cfg.trainer, strategy=strategy, callbacks=[*build_callbacks(cfg, datamodule), preemption],
+            logger=loggers or False, plugins=[] if own_io else [AtomicCheckpointIO()],
             **({"enable_progress_bar": False} if progress_as_lines(cfg) else {}),
         )
         check_resources(cfg, trainer)
@@ -232,25 +238,68 @@ def train(cfg: DictConfig) -> dict[str, float]:
         set_cpu_threads(cfg, trainer)
         for logger in trainer.loggers:
             logger.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
-        with child_ranks_rerun_this_job():
-            metrics, best = {}, ""
-            if cfg.get("fit", True):
-                trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
-                metrics = final_metrics(trainer)
-                server_load = getattr(trainer.strategy, "server_load", None)  # a parameter-server strategy's, rank 0
-                if server_load is not None:
-                    metrics.update(server_load.as_metrics())
-                best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
-            elif not cfg.get("test", True):
-                raise ValueError("fit=false and test=false leave nothing to do")
-            if cfg.get("test", True):
-                # Without fitting, test the weights of ckpt_path (an inference-only strategy, e.g. partitioned_inference).
-                ckpt = best or (None if cfg.get("fit", True) else cfg.get("ckpt_path"))
-                trainer.test(module, datamodule=datamodule, ckpt_path=ckpt, verbose=False)
-                metrics.update(final_metrics(trainer, prefix="test/"))
+        fitting = cfg.get("fit", True)
+        if fitting and trainer.is_global_zero:
+            record_start(cfg)
+        try:
+            with child_ranks_rerun_this_job():
+                metrics, best = fit_and_test(cfg, trainer, module, datamodule, ckpt_path)
+        except SIGTERMException:
+            stop = preemption.stop or Stop(signal=preemption.received or "SIGTERM", strategy=type(trainer.strategy).__name__)
+            end_stopped_run(cfg, trainer, stop, fitting)
+        except BaseException as error:
+            if fitting and trainer.is_global_zero:
+                record_end(cfg, "failed", error=f"{type(error).__name__}: {error}"[:500])
+            raise
         if trainer.is_global_zero:
             report(metrics, Path(cfg.paths.output_dir), best)
         return metrics
+
+
+def fit_and_test(cfg: DictConfig, trainer: pl.Trainer, module: pl.LightningModule, datamodule: Any,
+                 ckpt_path: str | None) -> tuple[dict[str, float], str]:
+    """Fit (resuming from ``ckpt_path``), then test with the best checkpoint; the metrics and its path."""
+    metrics, best = {}, ""
+    if cfg.get("fit", True):
+        trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
+        metrics = final_metrics(trainer)
+        server_load = getattr(trainer.strategy, "server_load", None)  # a parameter-server strategy's, rank 0
+        if server_load is not None:
+            metrics.update(server_load.as_metrics())
+        best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
+        if trainer.is_global_zero:
+            record_end(cfg, "finished")
+    elif not cfg.get("test", True):
+        raise ValueError("fit=false and test=false leave nothing to do")
+    if cfg.get("test", True):
+        # Without fitting, test the weights of ckpt_path (an inference-only strategy, e.g. partitioned_inference).
+        ckpt = best or (None if cfg.get("fit", True) else ckpt_path)
+        trainer.test(module, datamodule=datamodule, ckpt_path=ckpt, verbose=False)
+        metrics.update(final_metrics(trainer, prefix="test/"))
+    return metrics, best
+
+
+#: Seconds the command's process waits for the ranks it started to end after a stop.
+RANKS_END_S = 8.0
+
+
+def end_stopped_run(cfg: DictConfig, trainer: pl.Trainer, stop: Stop, fitting: bool) -> None:
+    """A run stopped by a signal: wait for the ranks this process started, record the stop, say in
+    one line (rank 0) what stopped it and where it resumes, and exit with 128 + the signal's number."""
+    for proc in getattr(trainer.strategy.launcher, "procs", None) or []:
+        try:
+            proc.wait(timeout=RANKS_END_S)
+        except Exception:
+            proc.kill()
+    if trainer.is_global_zero:
+        if fitting and trainer.state.fn == "fit":
+            record_end(cfg, "interrupted", stopped_by=stop.signal, epoch=stop.epoch,
+                       checkpoint=None if stop.checkpoint is None else str(stop.checkpoint))
+            log.warning(stop.summary())
+        else:
+            log.warning("stopped by %s while %s; the fit had finished", stop.signal, trainer.state.fn)
+    sys.stdout.flush()
+    raise SystemExit(stop.exit_code)
 
 
 def report(metrics: Mapping[str, float], output_dir: Path, best_checkpoint: str) -> None:

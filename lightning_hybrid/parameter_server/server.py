@@ -47,6 +47,7 @@ import ctypes
 import logging
 import math
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -489,7 +490,9 @@ def _exit_when_orphaned(parent_pid: int, period: float = 1.0) -> None:
 
 
 def main() -> None:
-    """The server process: settings from standard input, then serve until ``Shutdown``."""
+    """The server process: settings from standard input, then serve until ``Shutdown``. Ctrl+C reaches
+    every process of the terminal's group: the workers stop the run and end the server."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     run(ServerSettings.from_json(sys.stdin.read()))
 
 

@@ -296,6 +296,13 @@ class BalancedDataParallelStrategy(common.CheckedDDPStrategy):
             self.clock.start()  # the optimizer step's first batch
         self._window_samples += self._batch.samples
 
+    def on_batches_skipped(self, batches: int) -> None:
+        """A fit resumed mid-epoch drew the epoch's first ``batches`` batches without training them
+        (lightning_hybrid.preemption): they are not the next ones to train."""
+        if self.sampler is not None:
+            for _ in range(min(batches, len(self.sampler.dealt))):
+                self.sampler.dealt.popleft()
+
     def backward(self, closure_loss: torch.Tensor, optimizer: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
         """Weight the batch's (mean) loss by this rank's share of the global batch; DDP then sums."""
         return super().backward(closure_loss * self._loss_weight, optimizer, *args, **kwargs)

@@ -204,6 +204,11 @@ class HybridParallelStrategy(StageOnlyState, common.RoutedEvaluation, common.Unw
         self._devices: list[Device] = []  # the placement's devices
 
     # ------------------------------------------------------------------ checks (before processes start)
+    @property
+    def resumes_mid_epoch(self) -> bool:
+        """Per-step gradient sync: a checkpoint between batches holds it all (delayed: not the averages in flight)."""
+        return self.gradient_sync == "sync"
+
     def check_trainer(self, trainer: pl.Trainer, model: pl.LightningModule | None) -> None:
         """Refuse what the strategy cannot run."""
         Mesh.check(self.pipeline_stages, self.data_parallel, self.num_processes * self.num_nodes)

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
 import pytorch_lightning as pl
+from pytorch_lightning.utilities.exceptions import SIGTERMException
 import torch
 from pytorch_lightning.trainer.states import TrainerFn
 
@@ -129,6 +130,9 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
         "The workers' step counts differ, so no step N is global: use every_n_epochs, or val_check_interval (a global "
         "sync point with validation) with a ModelCheckpoint, which then saves after each validation."
     )
+    #: A checkpoint between sync points cannot hold the run's state (see above), so a fit stopped by a
+    #: signal resumes from its last epoch-end checkpoint and repeats the epoch (lightning_hybrid.preemption).
+    resumes_mid_epoch: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -480,6 +484,13 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
         # reads to the server as a worker that died.
         super().barrier("ps-ended")
         self.client = None
+
+    def on_exception(self, exception: BaseException) -> None:
+        """An orderly stop (a signal): end the server before any worker's connection closes, so that it
+        does not report the workers as lost (rank 0, which started it; the others wait a moment first)."""
+        if isinstance(exception, SIGTERMException) and any(process.poll() is None for process in self._servers):
+            self._stop_server(lambda: [process.terminate() for process in self._servers if process.poll() is None])
+        super().on_exception(exception)
 
     def _stop_server(self, ask_to_end: Callable[[], Any]) -> Any:
         """End the server (every shard) on purpose: stop watching it (its exit is no death to

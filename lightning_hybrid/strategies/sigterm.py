@@ -20,6 +20,14 @@ strategies replace it by one of:
   deferred broadcast and every rank stops at the same batch.
 * :func:`check_sigterm_locally` (workers that never meet between sync points: the parameter server):
   each worker checks its own flag; the others stop when the server channel closes.
+
+:class:`SigtermBroadcast` is Lightning's per-batch broadcast without its handler's own broadcast (for
+:class:`lightning_hybrid.preemption.Preemption` under any other strategy): a rank that receives the
+signal only sets its flag, and rank 0's flag, broadcast before each batch, stops every rank at the same
+batch. Lightning's handler broadcasts from inside the handler, and rank 0 also stops on its own flag
+after the batch: with the signal passed on to the other ranks, or a check after the batch on rank 0
+only, the ranks end up in different collectives and wait for each other forever.
+:func:`request_stop` sets the flag that the installed check reads.
 """
 
 from __future__ import annotations
@@ -32,7 +40,7 @@ import torch
 import torch.distributed as dist
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
-from lightning_hybrid.comm.collectives import Pending, start_broadcast
+from lightning_hybrid.comm.collectives import Pending, broadcast_, start_broadcast
 
 _HOOK = "_broadcast_sigterm_tensor"
 log = logging.getLogger(__name__)
@@ -77,6 +85,39 @@ def defer_sigterm_broadcast(trainer: pl.Trainer, lag: int = 1) -> None:
         deferred.requested = True
 
     trainer._signal_connector._sigterm_notifier_fn = notify
+
+
+class SigtermBroadcast:
+    """Before each training batch, rank 0's stop request to every rank (see the module docstring)."""
+
+    def __init__(self, trainer: pl.Trainer) -> None:
+        self.trainer = trainer
+        #: A stop was requested here (rank 0's decides).
+        self.requested = False
+
+    def __call__(self) -> None:
+        flag = broadcast_(torch.tensor([int(self.requested)]), src=0)
+        if flag.item() == 1:
+            self.trainer._signal_connector.received_sigterm = True
+            raise SIGTERMException()
+
+
+def broadcast_sigterm(trainer: pl.Trainer) -> None:
+    """Install a :class:`SigtermBroadcast` unless a strategy installed its own check (multi-process fits)."""
+    epoch_loop = trainer.fit_loop.epoch_loop
+    if hasattr(type(epoch_loop), _HOOK) and _HOOK not in vars(epoch_loop) and trainer.world_size > 1:
+        setattr(epoch_loop, _HOOK, SigtermBroadcast(trainer))
+
+
+def request_stop(trainer: pl.Trainer) -> None:
+    """Ask this rank's fit to stop after the batch: through the installed per-batch check's flag (the
+    broadcast ones: every rank stops where rank 0 does), or Lightning's flag that each rank checks on
+    its own (one process, the parameter server's workers)."""
+    check = vars(trainer.fit_loop.epoch_loop).get(_HOOK)
+    if isinstance(check, (SigtermBroadcast, DeferredSigtermBroadcast)):
+        check.requested = True
+    else:
+        trainer._signal_connector.received_sigterm = True
 
 
 def check_sigterm_locally(trainer: pl.Trainer) -> None:

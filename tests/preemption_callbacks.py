@@ -1,0 +1,69 @@
+"""Callbacks the preemption tests add to `lightning-hybrid` runs (``+callbacks.NAME._target_=preemption_callbacks.X``)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytorch_lightning as pl
+import torch
+
+
+class SignalAt(pl.Callback):
+    """After training batch ``batch`` of epoch ``epoch``, rank 0 (or every rank: a SLURM signal reaches
+    every task) sends ``signame`` to its own process, as a scheduler would; once per folder (the marker
+    file records when), so that the rerun of the same command trains on."""
+
+    def __init__(self, epoch: int, batch: int, marker: str, signame: str = "SIGTERM", every_rank: bool = False) -> None:
+        self.epoch, self.batch, self.marker = epoch, batch, Path(marker)
+        self.signame, self.every_rank = signame, every_rank
+        self.armed = not self.marker.exists()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if self.armed and trainer.current_epoch == self.epoch and batch_idx == self.batch and (
+                trainer.global_rank == 0 or self.every_rank):
+            if trainer.global_rank == 0:
+                self.marker.write_text(repr(time.time()))
+            os.kill(os.getpid(), signal.Signals[self.signame])
+
+
+class FinalParameters(pl.Callback):
+    """Rank 0 saves the module's parameters when the fit ends (every rank takes part: the pipeline's
+    stages gather the whole model on rank 0)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def on_fit_end(self, trainer, pl_module):
+        state = trainer.strategy.lightning_module_state_dict()
+        if trainer.is_global_zero:
+            torch.save({k: v.detach().cpu().clone() for k, v in state.items()}, self.path)
+
+
+class Pids(pl.Callback):
+    """Every rank writes its pid, and rank 0 the parameter servers', into ``folder`` (pid_*)."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = Path(folder)
+
+    def on_train_start(self, trainer, pl_module):
+        self.folder.mkdir(parents=True, exist_ok=True)
+        (self.folder / f"pid_rank{trainer.global_rank}_{os.getpid()}").write_text(str(os.getpid()))
+        for server in getattr(trainer.strategy, "_servers", []):
+            (self.folder / f"pid_server_{server.pid}").write_text(str(server.pid))
+
+
+class SampleFingerprints(pl.Callback):
+    """Appends, per trained batch, ``epoch`` and each sample's fingerprint (the sum of its pixels) to
+    ``folder/samples_rank{r}.txt``: which samples each epoch trained, across an interruption."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = Path(folder)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        x = batch[0]
+        sums = x.reshape(len(x), -1).double().sum(1).tolist()
+        with open(self.folder / f"samples_rank{trainer.global_rank}.txt", "a") as f:
+            f.write(f"{trainer.current_epoch} {' '.join(f'{s:.6f}' for s in sums)}\n")

@@ -1,0 +1,235 @@
+"""Preemption: a run stopped by a signal exits non-zero with one line naming the signal and its
+checkpoint, and the same command run again resumes from it to the parameters of an uninterrupted
+run; SLURM's requeue signal saves a mid-epoch checkpoint and requeues the job (a stand-in
+``scontrol``); a run folder of another configuration is never resumed silently. The run-folder and
+SLURM helpers are tested without Lightning first."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import Zygote, alive, clean_env, free_port
+from threads import threads_per_process
+
+from lightning_hybrid import run_folder
+from lightning_hybrid.preemption import Stop, requeue_slurm_job, slurm_job_id
+
+TESTS = Path(__file__).parent
+
+
+# ---------------------------------------------------------------------- the run folder, plain Python
+CONFIG = {"seed": 0, "model": {"hidden": 32}, "trainer": {"max_epochs": 4}, "paths": {"output_dir": "x"}, "test": True}
+
+
+def checkpoint_in(folder: Path, name: str = "last.ckpt") -> Path:
+    (folder / "checkpoints").mkdir(parents=True, exist_ok=True)
+    path = folder / "checkpoints" / name
+    path.write_bytes(b"ckpt")
+    return path
+
+
+def test_a_folder_of_the_same_configuration_resumes_from_its_newest_checkpoint(tmp_path):
+    assert run_folder.checkpoint_to_resume(tmp_path, CONFIG) is None, "no checkpoint: start afresh"
+    run_folder.write_record(tmp_path, CONFIG, "interrupted")
+    checkpoint_in(tmp_path, "last.ckpt")
+    time.sleep(0.01)
+    newest = checkpoint_in(tmp_path, "interrupted.ckpt")
+    where = {**CONFIG, "paths": {"output_dir": "elsewhere"}, "test": False}  # not what the fit computes
+    assert run_folder.checkpoint_to_resume(tmp_path, where) == newest
+
+
+def test_a_folder_of_another_configuration_is_refused_naming_the_keys(tmp_path):
+    run_folder.write_record(tmp_path, CONFIG, "interrupted")
+    checkpoint_in(tmp_path)
+    changed = {**CONFIG, "model": {"hidden": 64}, "trainer": {"max_epochs": 4, "devices": 2}}
+    with pytest.raises(run_folder.ResumeRefused) as refused:
+        run_folder.checkpoint_to_resume(tmp_path, changed)
+    message = str(refused.value)
+    assert "model.hidden: 32 -> 64" in message and "trainer.devices: (absent) -> 2" in message
+    assert "ckpt_path=null" in message and "hydra.run.dir" in message
+
+
+def test_checkpoints_without_a_record_are_not_resumed(tmp_path):
+    checkpoint_in(tmp_path)
+    with pytest.raises(run_folder.ResumeRefused, match="no run.yaml"):
+        run_folder.checkpoint_to_resume(tmp_path, CONFIG)
+
+
+def test_the_interrupted_sibling_of_the_same_configuration_is_found(tmp_path):
+    runs = {name: tmp_path / name for name in ("finished", "other_config", "interrupted", "running", "new")}
+    for name, status, config in (("finished", "finished", CONFIG), ("other_config", "interrupted", {**CONFIG, "seed": 1}),
+                                 ("interrupted", "interrupted", CONFIG), ("running", "running", CONFIG)):
+        run_folder.write_record(runs[name], config, status)
+        checkpoint_in(runs[name])
+    assert run_folder.interrupted_run(runs["new"], CONFIG) == runs["interrupted"]
+    run_folder.update_status(runs["interrupted"], "finished")
+    assert run_folder.interrupted_run(runs["new"], CONFIG) is None
+
+
+def test_stop_line_and_exit_status():
+    stop = Stop("SIGTERM", epoch=2, batches_done=3, batches=8, checkpoint=Path("run/checkpoints/interrupted.ckpt"),
+                mid_epoch=True)
+    assert stop.exit_code == 143 and Stop("SIGINT").exit_code == 130
+    assert stop.summary().startswith("stopped by SIGTERM in epoch 2 after 3 of 8 batches: checkpoint run/checkpoints/")
+    requeued = Stop("SIGUSR2", checkpoint=Path("c.ckpt"), mid_epoch=True, requeued="77_3")
+    assert "SLURM job 77_3 requeued" in requeued.summary()
+    assert "repeats this epoch" in Stop("SIGTERM", checkpoint=Path("e.ckpt"), strategy="SSPStrategy").summary()
+
+
+def stand_in_scontrol(folder: Path, returncode: int = 0) -> Path:
+    """A ``scontrol`` that records its arguments in ``folder/scontrol.txt``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    script = folder / "scontrol"
+    script.write_text(f'#!/bin/sh\necho "$@" >> "{folder}/scontrol.txt"\nexit {returncode}\n')
+    script.chmod(0o755)
+    return folder / "scontrol.txt"
+
+
+def test_requeue_runs_scontrol_with_the_job_id(tmp_path, monkeypatch):
+    record = stand_in_scontrol(tmp_path / "bin")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    assert slurm_job_id({"SLURM_JOB_ID": "4242"}) == "4242"
+    assert slurm_job_id({"SLURM_JOB_ID": "4250", "SLURM_ARRAY_JOB_ID": "4242", "SLURM_ARRAY_TASK_ID": "8"}) == "4242_8"
+    assert slurm_job_id({}) is None
+    assert requeue_slurm_job("4242_8")
+    assert record.read_text().split() == ["requeue", "4242_8"]
+    assert not requeue_slurm_job("4242; rm -rf /"), "not a job id"
+
+
+# ---------------------------------------------------------------------- runs of the command, stopped
+SMALL = ("experiment=smoke", "trainer.max_epochs=4", "trainer.limit_train_batches=6", "test=false",
+         "allow_cpu_oversubscription=true", "trainer.enable_progress_bar=false", "progress=bar")
+#: Each strategy at the setting where it is deterministic (staleness 0, delay 0).
+STRATEGIES = {
+    "ddp": ("strategy=ddp",),
+    "balanced": ("strategy=balanced",),
+    "ssp": ("strategy=ssp", "strategy.staleness=0"),
+    "allreduce_asgd": ("strategy=allreduce_asgd", "strategy.delay=0"),
+    "cneural": ("strategy=cneural",),
+    "hybrid": ("strategy=hybrid", "strategy.placement=uniform"),
+}
+
+
+def run(*overrides: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 180) -> subprocess.CompletedProcess:
+    """``lightning-hybrid`` with the tests' callbacks importable in every rank."""
+    env = clean_env(HYDRA_FULL_ERROR="0", PYTHONWARNINGS="ignore", PYTHONPATH=str(TESTS), **(env or {}))
+    return Zygote.run(["-m", "lightning_hybrid.cli", *SMALL, *overrides, f"cpu_threads_per_process={threads_per_process(2)}"],
+                      env, cwd, timeout)
+
+
+def callbacks(folder: Path, name: str, **signal_at: object) -> list[str]:
+    added = ["+callbacks.final._target_=preemption_callbacks.FinalParameters", f"+callbacks.final.path={folder / name}.pt",
+             "+callbacks.pids._target_=preemption_callbacks.Pids", f"+callbacks.pids.folder={folder / 'pids'}"]
+    if signal_at:
+        added += ["+callbacks.signal._target_=preemption_callbacks.SignalAt", f"+callbacks.signal.marker={folder / 'signalled'}"]
+        added += [f"+callbacks.signal.{key}={value}" for key, value in signal_at.items()]
+    return added
+
+
+def last_line(proc: subprocess.CompletedProcess) -> str:
+    """The last line of the run's log (standard output; warnings go to standard error)."""
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("strategy", list(STRATEGIES))
+def test_sigterm_stops_every_process_and_the_same_command_resumes_to_the_uninterrupted_result(tmp_path, strategy):
+    settings = (*STRATEGIES[strategy], "trainer.devices=2")
+    interrupted = (*settings, f"hydra.run.dir={tmp_path / 'run'}", *callbacks(tmp_path, "resumed", epoch=2, batch=1))
+    stopped = run(*interrupted, cwd=tmp_path)
+    ended = time.time()
+    output = stopped.stdout + stopped.stderr
+    assert stopped.returncode == 143, f"exit status {stopped.returncode}:\n{output[-4000:]}"
+    line = last_line(stopped)
+    assert "stopped by SIGTERM in epoch 2" in line and str(tmp_path / "run" / "checkpoints") in line, line
+    assert "Traceback" not in output, output[-4000:]
+    assert ended - float((tmp_path / "signalled").read_text()) < 10, "every process ends within 10 s of the signal"
+    pids = [int(p.read_text()) for p in (tmp_path / "pids").iterdir()]
+    assert len(pids) >= 2 and not [pid for pid in pids if alive(pid)], "no rank or server outlives the stop"
+    record = run_folder.read_record(tmp_path / "run")
+    assert record["status"] == "interrupted" and record["stopped_by"] == "SIGTERM"
+
+    resumed = run(*interrupted, cwd=tmp_path)  # the same command again
+    assert resumed.returncode == 0, (resumed.stdout + resumed.stderr)[-4000:]
+    assert "resuming from" in resumed.stdout + resumed.stderr
+    reference = run(*settings, f"hydra.run.dir={tmp_path / 'reference'}", *callbacks(tmp_path, "reference"), cwd=tmp_path)
+    assert reference.returncode == 0, (reference.stdout + reference.stderr)[-4000:]
+    got, expected = torch.load(tmp_path / "resumed.pt"), torch.load(tmp_path / "reference.pt")
+    for name in expected:
+        torch.testing.assert_close(got[name], expected[name], rtol=0, atol=1e-5, msg=name)
+
+
+def slurm_tasks(tmp_path: Path, overrides: tuple[str, ...], port: int, scontrol_dir: Path) -> list[subprocess.CompletedProcess]:
+    """The command as the 2 tasks of SLURM job 4242 (``srun`` variables, one rank each)."""
+    env = {k: v for k, v in clean_env(HYDRA_FULL_ERROR="0", PYTHONWARNINGS="ignore", PYTHONPATH=str(TESTS)).items()
+           if k not in ("RANK",) and not k.startswith("SLURM_")}
+    env["PATH"] = f"{scontrol_dir}{os.pathsep}{env['PATH']}"
+    command = [sys.executable, "-m", "lightning_hybrid.cli", *SMALL, *overrides,
+               f"cpu_threads_per_process={threads_per_process(2)}"]
+    processes = [
+        subprocess.Popen(command, cwd=tmp_path, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={
+            **env, "SLURM_NTASKS": "2", "SLURM_NNODES": "1", "SLURM_NTASKS_PER_NODE": "2", "SLURM_PROCID": str(task),
+            "SLURM_LOCALID": str(task), "SLURM_NODEID": "0", "SLURM_NODELIST": "127.0.0.1", "SLURM_JOB_ID": "4242",
+            "SLURM_JOB_NAME": "preempted", "MASTER_PORT": str(port)})
+        for task in (0, 1)
+    ]
+    done = []
+    for process in processes:
+        try:
+            out, err = process.communicate(timeout=180)
+        except subprocess.TimeoutExpired:
+            for other in processes:
+                other.kill()
+            pytest.fail("a SLURM task did not end")
+        done.append(subprocess.CompletedProcess(process.args, process.returncode, out, err))
+    return done
+
+
+def trained_samples(folder: Path) -> dict[int, Counter]:
+    per_epoch: dict[int, Counter] = {}
+    for path in folder.glob("samples_rank*.txt"):
+        for line in path.read_text().splitlines():
+            epoch, *sums = line.split()
+            per_epoch.setdefault(int(epoch), Counter()).update(sums)
+    return per_epoch
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("strategy", ["ddp", "ssp"])
+def test_slurm_requeue_signal_checkpoints_requeues_and_the_restarted_job_continues(tmp_path, strategy):
+    scontrol = stand_in_scontrol(tmp_path / "bin")
+    overrides = (*STRATEGIES[strategy], "trainer.devices=2", f"hydra.run.dir={tmp_path / 'run'}",
+                 *callbacks(tmp_path, "resumed", epoch=1, batch=1, signame="SIGUSR2", every_rank="true"),
+                 "+callbacks.samples._target_=preemption_callbacks.SampleFingerprints",
+                 f"+callbacks.samples.folder={tmp_path}")
+    first = slurm_tasks(tmp_path, overrides, free_port(), tmp_path / "bin")
+    assert [task.returncode for task in first] == [128 + signal.SIGUSR2] * 2, first[0].stderr[-3000:]
+    assert scontrol.read_text().split() == ["requeue", "4242"], "rank 0 requeues the job once"
+    line = last_line(first[0])
+    assert "stopped by SIGUSR2 in epoch 1" in line and "SLURM job 4242 requeued" in line, line
+    before = trained_samples(tmp_path)
+
+    second = slurm_tasks(tmp_path, overrides, free_port(), tmp_path / "bin")  # the requeued job: the same command
+    assert [task.returncode for task in second] == [0, 0], second[0].stderr[-3000:]
+    assert scontrol.read_text().count("requeue") == 1
+    per_epoch = trained_samples(tmp_path)
+    epoch_samples = sum(per_epoch[0].values())
+    assert all(sum(per_epoch[e].values()) >= epoch_samples for e in (2, 3)), "the later epochs train in full"
+    if strategy == "ddp":  # the mid-epoch checkpoint: the epoch goes on with the samples it had not trained
+        assert "resumed in epoch 1" in second[0].stdout + second[0].stderr
+        assert 0 < sum(before[1].values()) < epoch_samples
+        assert set(per_epoch[1].values()) == {1} and sum(per_epoch[1].values()) == epoch_samples, \
+            "each sample of the interrupted epoch trained once"
+    else:  # the parameter server restarts the epoch from its start
+        assert "repeats this epoch" in line
+        assert sum(per_epoch[1].values()) == epoch_samples + sum(before[1].values())
