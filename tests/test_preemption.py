@@ -233,3 +233,24 @@ def test_slurm_requeue_signal_checkpoints_requeues_and_the_restarted_job_continu
     else:  # the parameter server restarts the epoch from its start
         assert "repeats this epoch" in line
         assert sum(per_epoch[1].values()) == epoch_samples + sum(before[1].values())
+
+
+def test_ctrl_c_then_the_same_command_resumes_in_the_interrupted_folder_and_other_settings_are_refused(tmp_path):
+    """One process, Hydra's timestamped folders: Ctrl+C (SIGINT) exits 130 naming the checkpoint; the
+    same command, in a new folder, continues the interrupted run in its folder; the same folder with
+    another learning rate is refused, naming it."""
+    command = ("trainer.devices=1", *callbacks(tmp_path, "resumed", epoch=1, batch=1, signame="SIGINT"))
+    stopped = run(*command, cwd=tmp_path)
+    assert stopped.returncode == 130, (stopped.stdout + stopped.stderr)[-3000:]
+    assert "stopped by SIGINT in epoch 1 after 2 of" in last_line(stopped)
+    (first,) = (tmp_path / "outputs" / "runs").iterdir()
+    assert run_folder.read_record(first)["status"] == "interrupted"
+    time.sleep(1.1)  # the next command's folder is named by the second it starts in
+    resumed = run(*command, cwd=tmp_path)
+    assert resumed.returncode == 0, (resumed.stdout + resumed.stderr)[-3000:]
+    assert f"resuming the interrupted run of this configuration in {first}" in resumed.stdout
+    assert run_folder.read_record(first)["status"] == "finished" and (first / "metrics.json").is_file()
+    assert len(list((tmp_path / "outputs" / "runs").iterdir())) == 2, "the new folder keeps only the command's log"
+
+    refused = run(*command, "optimizer.lr=0.2", f"hydra.run.dir={first}", cwd=tmp_path)
+    assert refused.returncode != 0 and "optimizer.lr: 0.05 -> 0.2" in refused.stdout + refused.stderr
