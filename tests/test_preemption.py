@@ -108,14 +108,16 @@ def test_requeue_runs_scontrol_with_the_job_id(tmp_path, monkeypatch):
 # ---------------------------------------------------------------------- runs of the command, stopped
 SMALL = ("experiment=smoke", "trainer.max_epochs=4", "trainer.limit_train_batches=6", "test=false",
          "allow_cpu_oversubscription=true", "trainer.enable_progress_bar=false", "progress=bar")
-#: Each strategy at the setting where it is deterministic (staleness 0, delay 0).
+#: Each strategy at the setting where it is deterministic (staleness 0, delay 0); ranks forked from the
+#: command's process (faster to start) except under ddp (Lightning's launcher) and ssp (ours), which rerun
+#: the command for each rank as users' runs do.
 STRATEGIES = {
     "ddp": ("strategy=ddp",),
-    "balanced": ("strategy=balanced",),
-    "ssp": ("strategy=ssp", "strategy.staleness=0"),
-    "allreduce_asgd": ("strategy=allreduce_asgd", "strategy.delay=0"),
-    "cneural": ("strategy=cneural",),
-    "hybrid": ("strategy=hybrid", "strategy.placement=uniform"),
+    "balanced": ("strategy=balanced", "strategy.fork_ranks=true"),
+    "ssp": ("strategy=ssp", "strategy.staleness=0"),  # our launcher rerunning the command, as users run it
+    "allreduce_asgd": ("strategy=allreduce_asgd", "strategy.delay=0", "strategy.fork_ranks=true"),
+    "cneural": ("strategy=cneural", "strategy.fork_ranks=true"),
+    "hybrid": ("strategy=hybrid", "strategy.placement=uniform", "strategy.fork_ranks=true"),
 }
 
 
