@@ -112,3 +112,26 @@ def test_experiment_overrides_defaults(tmp_path):
     cfg = compose_run(tmp_path, "experiment=zhang2017_lenet5_mnist")
     assert cfg.trainer.max_steps == 10000 and cfg.data.batch_size == 64
     assert cfg.model._target_.endswith("LeNet5")
+
+
+def suite_aliases() -> dict[str, tuple[type, dict]]:
+    """Every strategy alias the suite registers with Lightning: its class and the settings it stands for."""
+    from lightning_hybrid.strategies import (
+        AllReduceASGDStrategy, BalancedDataParallelStrategy, CNeuralStrategy, HybridParallelStrategy,
+        PartitionedInferenceStrategy, SSPStrategy,
+    )
+
+    classes = (SSPStrategy, CNeuralStrategy, AllReduceASGDStrategy, HybridParallelStrategy, PartitionedInferenceStrategy,
+               BalancedDataParallelStrategy)
+    return {name: (cls, params) for cls in classes for name, (_, params) in cls.aliases.items()}
+
+
+@pytest.mark.parametrize("alias", sorted(suite_aliases()))
+def test_every_registered_alias_has_a_config_that_builds_its_strategy(tmp_path, alias):
+    """`strategy=NAME` on the command line gives what `Trainer(strategy="NAME")` gives."""
+    cls, params = suite_aliases()[alias]
+    cfg = compose_run(tmp_path, f"strategy={alias}")
+    strategy = build_strategy(cfg.strategy)
+    assert type(strategy) is cls
+    for key, value in params.items():
+        assert getattr(strategy, key) == value, f"strategy={alias}: {key}={getattr(strategy, key)!r}, the alias sets {value!r}"

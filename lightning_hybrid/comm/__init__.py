@@ -9,3 +9,7 @@
 
 The parameter server has a package of its own: :mod:`lightning_hybrid.parameter_server`.
 """
+
+from lightning_hybrid.comm.delayed_allreduce import DelayedAllReduce
+
+__all__ = ["DelayedAllReduce"]
