@@ -256,3 +256,34 @@ def test_ctrl_c_then_the_same_command_resumes_in_the_interrupted_folder_and_othe
 
     refused = run(*command, "optimizer.lr=0.2", f"hydra.run.dir={first}", cwd=tmp_path)
     assert refused.returncode != 0 and "optimizer.lr: 0.05 -> 0.2" in refused.stdout + refused.stderr
+
+
+def test_with_gradient_accumulation_the_ranks_stop_at_an_optimizer_step(tmp_path):
+    """Rank 0's request stops the fit at the first batch boundary that is also an optimizer step's,
+    with one broadcast until the request arrives and none after (a one-rank gloo group here)."""
+    from types import SimpleNamespace
+
+    import torch.distributed as dist
+    from pytorch_lightning.utilities.exceptions import SIGTERMException
+
+    from lightning_hybrid.strategies.sigterm import SigtermBroadcast
+
+    progress = SimpleNamespace(completed=0)
+    trainer = SimpleNamespace(accumulate_grad_batches=4, _signal_connector=SimpleNamespace(received_sigterm=False),
+                              fit_loop=SimpleNamespace(epoch_loop=SimpleNamespace(batch_progress=SimpleNamespace(current=progress))))
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
+    try:
+        check = SigtermBroadcast(trainer)
+        stopped_at = None
+        for batch in range(12):
+            progress.completed = batch  # batches done in the epoch when batch `batch` is about to start
+            if batch == 5:
+                check.requested = True  # the signal, during batch 4
+            try:
+                check()
+            except SIGTERMException:
+                stopped_at = batch
+                break
+        assert stopped_at == 8 and trainer._signal_connector.received_sigterm, stopped_at
+    finally:
+        dist.destroy_process_group()

@@ -88,18 +88,27 @@ def defer_sigterm_broadcast(trainer: pl.Trainer, lag: int = 1) -> None:
 
 
 class SigtermBroadcast:
-    """Before each training batch, rank 0's stop request to every rank (see the module docstring)."""
+    """Before each training batch, rank 0's stop request to every rank (see the module docstring).
+    With gradient accumulation the ranks stop at the next optimizer step's boundary, so that a
+    checkpoint taken there holds no half-accumulated gradients (the rerun trains on from that step)."""
 
     def __init__(self, trainer: pl.Trainer) -> None:
         self.trainer = trainer
         #: A stop was requested here (rank 0's decides).
         self.requested = False
+        #: Rank 0's request has arrived: stop at the next step boundary (every rank alike, no more broadcasts).
+        self.stopping = False
 
     def __call__(self) -> None:
-        flag = broadcast_(torch.tensor([int(self.requested)]), src=0)
-        if flag.item() == 1:
+        if not self.stopping:
+            self.stopping = broadcast_(torch.tensor([int(self.requested)]), src=0).item() == 1
+        if self.stopping and self._at_step_boundary():
             self.trainer._signal_connector.received_sigterm = True
             raise SIGTERMException()
+
+    def _at_step_boundary(self) -> bool:
+        accumulate = max(int(self.trainer.accumulate_grad_batches or 1), 1)
+        return self.trainer.fit_loop.epoch_loop.batch_progress.current.completed % accumulate == 0
 
 
 def broadcast_sigterm(trainer: pl.Trainer) -> None:
