@@ -184,6 +184,20 @@ class CheckedDDPStrategy(DDPStrategy):
     script, every rank then runs the script's code after the Trainer call. The script's code before
     that call runs once, in the main process, and CUDA must not be initialized before it (refused
     with an error otherwise). Off by default: a re-run script is what Lightning users expect.
+
+    Args:
+        accelerator: Lightning's accelerator (set by the Trainer from ``accelerator=``).
+        parallel_devices: the devices of this machine's ranks (set by the Trainer from ``devices=``).
+        cluster_environment: where the ranks learn their ranks (set by the Trainer: SLURM, torchrun, ...).
+        checkpoint_io: how checkpoints are written; default: atomically (a temporary file renamed).
+        precision_plugin: Lightning's precision plugin (set by the Trainer from ``precision=``).
+        process_group_backend: ``None``: ``nccl`` with one process per GPU, else ``gloo`` (CPU, processes
+            sharing a GPU); or name it.
+        processes_per_device: processes on each device (2: two ranks share each GPU, over gloo);
+            ``trainer.devices`` above the GPU count sets it on the command line.
+        fork_ranks: start the other ranks by forking the main process (see above), not by running the
+            script again.
+        ddp_kwargs: keyword arguments of ``DistributedDataParallel`` (strategies that wrap the model).
     """
 
     #: Lightning registry names of the strategy: name -> (description, constructor arguments).
