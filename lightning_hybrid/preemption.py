@@ -5,19 +5,19 @@
 :class:`Preemption` (a Lightning callback) makes SIGTERM (a scheduler's stop), SIGINT (Ctrl+C, once;
 twice interrupts at once) and SLURM's requeue signal (``requeue_signal``, SIGUSR2: what
 ``hydra/launcher=slurm`` asks for with ``--signal``) stop the fit between two training batches, on
-every rank at the same batch where the strategy's ranks meet every step (Lightning's SIGTERM check,
-or the strategies' deferred one). Then:
+every rank at the same batch where the strategy's ranks meet every step (rank 0's request broadcast
+before each batch, :mod:`lightning_hybrid.strategies.sigterm`). Then:
 
 * where the strategy can continue an epoch (:func:`resumes_mid_epoch`: DDP, the balanced and
   delayed all-reduce strategies, the pipeline with per-step gradient sync), it saves
-  ``interrupted.ckpt`` with the full state at that batch: parameters, optimizer, loops (how many
+  ``last-interrupted.ckpt`` with the full state at that batch: parameters, optimizer, loops (how many
   batches of the epoch are done), the strategy's own state (shares, pending delayed averages,
   every pipeline stage). A run resumed from it skips those batches of the epoch without training
   on them (:func:`skip_done_batches`: their indices are drawn, as the sampler's epoch permutation
   gives them, and the batches are loaded but not used), so each remaining sample is trained once;
 * the parameter-server strategies (SSP, cNeural) keep no such state between their sync points
   (workers at different clocks, chunks handed out by the dispenser, a full-batch pass's partial
-  sums), so the callback saves ``epoch_end.ckpt`` at each epoch's end (after the strategy's sync)
+  sums), so the callback saves ``last-epoch-end.ckpt`` at each epoch's end (after the strategy's sync)
   and a stop resumes from it, repeating the epoch: the final line says so;
 * with the requeue signal inside a SLURM job, rank 0 runs ``scontrol requeue <job id>`` once the
   checkpoint is written; the requeued job reruns the same command in the same folder, which
@@ -34,6 +34,7 @@ import os
 import re
 import signal
 import subprocess
+import threading
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,9 +49,9 @@ from lightning_hybrid.strategies.sigterm import broadcast_sigterm, request_stop,
 log = logging.getLogger(__name__)
 
 #: The name of the mid-epoch checkpoint, in the checkpoint folder.
-CHECKPOINT_NAME = "interrupted.ckpt"
+CHECKPOINT_NAME = "last-interrupted.ckpt"
 #: The checkpoint kept at each epoch's end under a strategy that cannot resume mid-epoch.
-EPOCH_END_NAME = "epoch_end.ckpt"
+EPOCH_END_NAME = "last-epoch-end.ckpt"
 
 
 @dataclass
@@ -140,7 +141,7 @@ class Preemption(pl.Callback):
     from, requeue the SLURM job (see the module docstring).
 
     Args:
-        dirpath: the folder of ``interrupted.ckpt``; None: the ``ModelCheckpoint`` callback's folder,
+        dirpath: the folder of ``last-interrupted.ckpt``; None: the ``ModelCheckpoint`` callback's folder,
             else ``<default_root_dir>/checkpoints``.
         requeue_signal: the signal SLURM sends before the time limit (``sbatch --signal``), or None.
         requeue: run ``scontrol requeue`` on the requeue signal inside a SLURM job.
@@ -173,9 +174,8 @@ class Preemption(pl.Callback):
         from inside the handler: a rank that receives the signal while in a collective (the ranks
         rank 0 passes it on to) then starts a second one and the ranks wait for each other forever.
         Here the handler only sets the flag that the per-batch check reads (rank 0's, broadcast by
-        Lightning or the strategy) and passes the signal on to the ranks this process started."""
-        import threading
-
+        Lightning or the strategy) and passes the signal on to the ranks this process started (SIGINT as
+        SIGTERM: Ctrl+C in a terminal reaches them too, and a second SIGINT would interrupt them at once)."""
         if threading.current_thread() is not threading.main_thread():
             return
         broadcast_sigterm(trainer)
@@ -188,7 +188,7 @@ class Preemption(pl.Callback):
             log.info("rank %d: received %s; stopping after this batch", trainer.global_rank, self.received)
             launcher = trainer.strategy.launcher
             if first and launcher is not None and hasattr(launcher, "kill"):
-                launcher.kill(signum)  # pass it on to the ranks started here, as Lightning does SIGTERM
+                launcher.kill(signal.SIGTERM if signum == signal.SIGINT else signum)  # as Lightning passes on SIGTERM
             request_stop(trainer)
 
         signals = [signal.SIGTERM, signal.SIGINT] + ([self.requeue_signal] if self.requeue_signal is not None else [])

@@ -13,12 +13,14 @@ import torch
 
 class SignalAt(pl.Callback):
     """After training batch ``batch`` of epoch ``epoch``, rank 0 (or every rank: a SLURM signal reaches
-    every task) sends ``signame`` to its own process, as a scheduler would; once per folder (the marker
-    file records when), so that the rerun of the same command trains on."""
+    every task) sends ``signame`` to its own process, as a scheduler would (or to its whole process
+    group, as Ctrl+C in a terminal does); once per folder (the marker file records when), so that the
+    rerun of the same command trains on."""
 
-    def __init__(self, epoch: int, batch: int, marker: str, signame: str = "SIGTERM", every_rank: bool = False) -> None:
+    def __init__(self, epoch: int, batch: int, marker: str, signame: str = "SIGTERM", every_rank: bool = False,
+                 process_group: bool = False) -> None:
         self.epoch, self.batch, self.marker = epoch, batch, Path(marker)
-        self.signame, self.every_rank = signame, every_rank
+        self.signame, self.every_rank, self.process_group = signame, every_rank, process_group
         self.armed = not self.marker.exists()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
@@ -26,7 +28,10 @@ class SignalAt(pl.Callback):
                 trainer.global_rank == 0 or self.every_rank):
             if trainer.global_rank == 0:
                 self.marker.write_text(repr(time.time()))
-            os.kill(os.getpid(), signal.Signals[self.signame])
+            if self.process_group:  # Ctrl+C in a terminal: every process of the foreground group
+                os.killpg(os.getpgrp(), signal.Signals[self.signame])
+            else:
+                os.kill(os.getpid(), signal.Signals[self.signame])
 
 
 class FinalParameters(pl.Callback):

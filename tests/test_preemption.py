@@ -42,7 +42,7 @@ def test_a_folder_of_the_same_configuration_resumes_from_its_newest_checkpoint(t
     run_folder.write_record(tmp_path, CONFIG, "interrupted")
     checkpoint_in(tmp_path, "last.ckpt")
     time.sleep(0.01)
-    newest = checkpoint_in(tmp_path, "interrupted.ckpt")
+    newest = checkpoint_in(tmp_path, "last-interrupted.ckpt")
     where = {**CONFIG, "paths": {"output_dir": "elsewhere"}, "test": False}  # not what the fit computes
     assert run_folder.checkpoint_to_resume(tmp_path, where) == newest
 
@@ -287,3 +287,38 @@ def test_with_gradient_accumulation_the_ranks_stop_at_an_optimizer_step(tmp_path
         assert stopped_at == 8 and trainer._signal_connector.received_sigterm, stopped_at
     finally:
         dist.destroy_process_group()
+
+
+def test_lightning_s_last_finds_the_stop_s_checkpoints(tmp_path):
+    """Python users resume with ``ckpt_path="last"``: Lightning's search takes the callback's files."""
+    from pytorch_lightning.callbacks import ModelCheckpoint
+
+    from lightning_hybrid.preemption import CHECKPOINT_NAME, EPOCH_END_NAME
+
+    for name in ("last.ckpt", CHECKPOINT_NAME, EPOCH_END_NAME, "epoch003.ckpt"):
+        (tmp_path / name).write_bytes(b"")
+    found = {Path(p).name for p in ModelCheckpoint(dirpath=tmp_path)._find_last_checkpoints(None)}
+    assert found == {"last.ckpt", CHECKPOINT_NAME, EPOCH_END_NAME}
+
+
+@pytest.mark.multiprocess
+def test_ctrl_c_in_a_terminal_stops_ranks_and_servers_that_all_receive_it(tmp_path):
+    """Ctrl+C reaches every process of the terminal's group (ranks, parameter server): one orderly stop,
+    exit status 130, no traceback, nobody left (the ranks passed SIGINT on get SIGTERM, not a second
+    SIGINT that would interrupt them at once)."""
+    command = [sys.executable, "-m", "lightning_hybrid.cli", *SMALL, *STRATEGIES["ssp"], "trainer.devices=2",
+               f"hydra.run.dir={tmp_path / 'run'}", f"cpu_threads_per_process={threads_per_process(2)}",
+               *callbacks(tmp_path, "resumed", epoch=1, batch=1, signame="SIGINT", process_group="true")]
+    env = clean_env(HYDRA_FULL_ERROR="0", PYTHONWARNINGS="ignore", PYTHONPATH=str(TESTS))
+    process = subprocess.Popen(command, cwd=tmp_path, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               start_new_session=True)  # a process group of its own, as a terminal's job
+    try:
+        out, err = process.communicate(timeout=180)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode == 130, (out + err)[-4000:]
+    assert "stopped by SIGINT in epoch 1" in last_line(subprocess.CompletedProcess(command, 130, out, err))
+    assert "Traceback" not in out + err and "KeyboardInterrupt" not in out + err, (out + err)[-4000:]
+    pids = [int(p.read_text()) for p in (tmp_path / "pids").iterdir()]
+    assert len(pids) >= 3 and not [pid for pid in pids if alive(pid)], "ranks and server all ended"
