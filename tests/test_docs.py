@@ -82,3 +82,11 @@ def test_the_readme_is_a_front_door() -> None:
     for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", readme):
         if "://" not in target:
             assert (REPO / target).exists(), f"README links to {target}, which does not exist"
+
+
+def test_recipe_pages_lead_with_their_result_and_stay_short():
+    """A recipe's README is what a reader opens: the current result and its command, at most 300 lines;
+    superseded runs live beside it (HISTORY.md) or in the changelog."""
+    for readme in sorted((REPO / "recipes").glob("*/README.md")):
+        lines = readme.read_text().count("\n")
+        assert lines <= 300, f"{readme.relative_to(REPO)} has {lines} lines: move superseded runs to a HISTORY.md beside it"
