@@ -34,6 +34,7 @@ from lightning_hybrid.data.base import EpochSeededRandomSampler
 from lightning_hybrid.data.synthetic import synthetic_classification
 from lightning_hybrid.models import MLP
 from lightning_hybrid.callbacks import HeterogeneitySimulator
+from lightning_hybrid.straggler import StragglerReport
 
 
 class SlowSamples(TensorDataset):
@@ -109,6 +110,20 @@ class SleepAfterStep(pl.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         if trainer.global_rank == self.rank:
+            time.sleep(self.per_sample_s * len(batch[0]))
+
+
+class SpellsAfterStep(pl.Callback):
+    """A transient straggler: on one rank, about one step in ten (seeded) is followed by a spell of
+    ``per_sample_s`` seconds per sample of the batch."""
+
+    def __init__(self, rank: int, per_sample_s: float, chance: float = 0.1) -> None:
+        import random
+
+        self.rank, self.per_sample_s, self.chance, self.random = rank, per_sample_s, chance, random.Random(7)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer.global_rank == self.rank and self.random.random() < self.chance:
             time.sleep(self.per_sample_s * len(batch[0]))
 
 
@@ -228,7 +243,8 @@ def main() -> None:
     parser.add_argument("--sim-where", default="compute", help="HeterogeneitySimulator(where=...) for --slowdown")
     parser.add_argument("--slow-rank", type=int, default=None, help="a user's own slowness on this rank (see --slow-by)")
     parser.add_argument("--slow-by", default="callback",
-                        help="callback: a callback sleeps after each step; data: its dataset sleeps per sample read")
+                        help="callback: a callback sleeps after each step; data: its dataset sleeps per sample read; "
+                             "spells: a callback sleeps after one step in ten")
     parser.add_argument("--slow-per-sample", type=float, default=0.0, help="seconds the slow rank loses per sample")
     parser.add_argument("--checkpoint-dir", type=Path, default=None)
     parser.add_argument("--checkpoint-every-steps", type=int, default=0, help="with --checkpoint-dir: every_n_train_steps")
@@ -260,6 +276,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=0)
     parser.add_argument("--latency", type=float, default=0.0, help="sim collective_latency_s")
     parser.add_argument("--compute-sleep", type=float, default=0.0, help="seconds of simulated compute per step")
+    parser.add_argument("--straggler-report", action="store_true", help="StragglerReport; its findings to straggler.json")
     parser.add_argument("--sample-sleep", type=float, default=0.0, help="seconds of simulated compute per sample")
     parser.add_argument("--global-batch", type=int, default=None, help="balanced: samples per step over all ranks")
     parser.add_argument("--speeds", default=None, help="balanced: comma-separated relative speeds per rank")
@@ -319,6 +336,11 @@ def main() -> None:
         callbacks.append(HeterogeneitySimulator(slowdown=slowdown, collective_latency_s=args.latency, where=args.sim_where))
     if args.slow_rank is not None and args.slow_by == "callback":
         callbacks.append(SleepAfterStep(args.slow_rank, args.slow_per_sample))
+    if args.slow_rank is not None and args.slow_by == "spells":
+        callbacks.append(SpellsAfterStep(args.slow_rank, args.slow_per_sample))
+    report = StragglerReport() if args.straggler_report else None
+    if report is not None:
+        callbacks.append(report)
     timer = EpochTimer()
     callbacks.append(timer)
     callbacks.append(PidFiles(args.out))
@@ -365,6 +387,8 @@ def main() -> None:
     data = IndexedData(args.batch_size, args.samples, args.noise, args.test_samples,
                        slow_rank=args.slow_rank if args.slow_by == "data" else None, sample_read_s=args.slow_per_sample)
     trainer.fit(module, datamodule=data, ckpt_path=args.resume)
+    if report is not None and trainer.is_global_zero:
+        (args.out / "straggler.json").write_text(json.dumps([asdict(f) for f in report.findings]))
     rank = trainer.global_rank
     if isinstance(strategy, BalancedDataParallelStrategy):
         torch.save(module.batches, args.out / f"batches_rank{rank}.pt")

@@ -33,7 +33,9 @@ only, the ranks end up in different collectives and wait for each other forever.
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
+from collections.abc import Callable
 
 import pytorch_lightning as pl
 import torch
@@ -123,10 +125,43 @@ def request_stop(trainer: pl.Trainer) -> None:
     broadcast ones: every rank stops where rank 0 does), or Lightning's flag that each rank checks on
     its own (one process, the parameter server's workers)."""
     check = vars(trainer.fit_loop.epoch_loop).get(_HOOK)
+    check = getattr(check, "__wrapped__", check)  # a timing wrapper (lightning_hybrid.straggler)
     if isinstance(check, (SigtermBroadcast, DeferredSigtermBroadcast)):
         check.requested = True
     else:
         trainer._signal_connector.received_sigterm = True
+
+
+def time_sigterm_check(trainer: pl.Trainer, record: Callable[[float], None]) -> None:
+    """Wrap the per-batch stop check (Lightning's, a strategy's, or the preemption's) so that each
+    call's seconds go to ``record``: ranks that meet there wait there for the slowest."""
+    epoch_loop = trainer.fit_loop.epoch_loop
+    if not hasattr(type(epoch_loop), _HOOK):
+        return
+    inner = vars(epoch_loop).get(_HOOK, getattr(epoch_loop, _HOOK))
+
+    def timed() -> None:
+        start = time.perf_counter()
+        try:
+            inner()
+        finally:
+            record(time.perf_counter() - start)
+
+    timed.__wrapped__ = inner  # type: ignore[attr-defined]
+    setattr(epoch_loop, _HOOK, timed)
+
+
+def untime_sigterm_check(trainer: pl.Trainer) -> None:
+    """Undo :func:`time_sigterm_check` (the check it wrapped is in force again)."""
+    epoch_loop = trainer.fit_loop.epoch_loop
+    check = vars(epoch_loop).get(_HOOK)
+    inner = getattr(check, "__wrapped__", None)
+    if inner is None:
+        return
+    if getattr(inner, "__self__", None) is epoch_loop:  # Lightning's own method
+        vars(epoch_loop).pop(_HOOK)
+    else:
+        setattr(epoch_loop, _HOOK, inner)
 
 
 def check_sigterm_locally(trainer: pl.Trainer) -> None:
