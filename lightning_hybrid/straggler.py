@@ -134,7 +134,9 @@ class StragglerReport(pl.Callback):
         self.times = RankTimes()
         #: Each epoch's finding, in order (every rank has them).
         self.findings: list[StragglerFinding] = []
-        self._start = self._before_backward = self._last_start = None
+        self._before_backward: float | None = None
+        self._last_start: float | None = None
+        self._samples = 0
         self._check_s = 0.0
         self._timed = False
 
@@ -172,12 +174,14 @@ class StragglerReport(pl.Callback):
             self.times.samples.append(self._samples)
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.world_size < 2 or not (dist.is_available() and dist.is_initialized()):
+            return  # one rank: nobody to be slower than
         times = self.times
         n = len(times.cycle)
         times.sync, times.samples, times.check = times.sync[:n], times.samples[:n], times.check[:n]
-        if not times.cycle:
+        ranks = all_gather_object(times)  # every rank, even one without a timed batch this epoch
+        if not all(r.cycle for r in ranks):
             return
-        ranks = all_gather_object(times) if dist.is_available() and dist.is_initialized() else [times]
         finding = analyse(ranks)
         self.findings.append(finding)
         for rank, (cycle, wait, own) in enumerate(zip(finding.cycle_s, finding.wait_s, finding.own_s)):
