@@ -183,9 +183,10 @@ class Preemption(pl.Callback):
         def on_stop_signal(signum: int, frame: Any) -> None:
             if signum == signal.SIGINT and self.received is not None:
                 raise KeyboardInterrupt  # a second Ctrl+C: now
+            # No logging here: a handler that runs while this process is inside a logging call (the
+            # second of two signals, say) would write into the same stream and fail re-entrantly.
             first = self.received is None
             self.received = self.received or signal.Signals(signum).name
-            log.info("rank %d: received %s; stopping after this batch", trainer.global_rank, self.received)
             launcher = trainer.strategy.launcher
             if first and launcher is not None and hasattr(launcher, "kill"):
                 launcher.kill(signal.SIGTERM if signum == signal.SIGINT else signum)  # as Lightning passes on SIGTERM
