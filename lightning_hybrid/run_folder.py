@@ -58,9 +58,8 @@ def update_status(folder: Path, status: str, **details: Any) -> None:
     """Change the status (and add details) of an existing record."""
     record = read_record(folder)
     if record is not None:
-        config = record.pop("config")
-        record.pop("status", None), record.pop("updated", None)
-        write_record(folder, config, status, **{**record, **details})
+        kept = {k: v for k, v in record.items() if k not in ("config", "status", "updated")}
+        write_record(folder, record["config"], status, **{**kept, **details})
 
 
 def differences(old: Any, new: Any, prefix: str = "") -> list[str]:

@@ -24,6 +24,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from lightning_hybrid import run_folder
+from lightning_hybrid.cli.relaunch import in_multirun
 
 log = logging.getLogger("lightning_hybrid")
 
@@ -67,7 +68,7 @@ def resolve_ckpt_path(cfg: DictConfig) -> str | None:
 def _decide(cfg: DictConfig) -> dict[str, Any]:
     folder, config = Path(cfg.paths.output_dir), compared_config(cfg)
     checkpoint = run_folder.checkpoint_to_resume(folder, config)
-    if checkpoint is None and not _started_as_a_rank() and not _in_multirun():
+    if checkpoint is None and not _started_as_a_rank() and not in_multirun():
         interrupted = run_folder.interrupted_run(folder, config)
         if interrupted is not None:
             checkpoint = run_folder.checkpoint_to_resume(interrupted, config)
@@ -78,12 +79,6 @@ def _decide(cfg: DictConfig) -> dict[str, Any]:
         log.info("resuming from %s (the newest checkpoint of this configuration in the run folder; ckpt_path=null "
                  "starts afresh)", checkpoint)
     return {"output_dir": str(folder), "checkpoint": None if checkpoint is None else str(checkpoint)}
-
-
-def _in_multirun() -> bool:
-    from lightning_hybrid.cli.relaunch import in_multirun
-
-    return in_multirun()
 
 
 def record_start(cfg: DictConfig) -> None:
