@@ -35,7 +35,7 @@ from pytorch_lightning.utilities.exceptions import SIGTERMException
 from lightning_hybrid.classifier import ClassifierModule
 from lightning_hybrid.callbacks import HeterogeneitySimulator, ProgressLog
 from lightning_hybrid.cli.relaunch import child_ranks_rerun_this_job, in_multirun
-from lightning_hybrid.cli.resume import record_end, record_start, resolve_ckpt_path
+from lightning_hybrid.cli.resume import compared_config, record_end, record_start, resolve_ckpt_path
 from lightning_hybrid.cli.slurm import submitit_task_as_rank, task_threads  # also registers ${lh_slurm:...}
 from lightning_hybrid.preemption import Preemption, Stop
 from lightning_hybrid.strategies.checkpoint_io import AtomicCheckpointIO
@@ -213,6 +213,9 @@ def train(cfg: DictConfig) -> dict[str, float]:
     with job_scope():
         submitit_task_as_rank()  # a task of hydra/launcher=slurm_local: one rank, as under SLURM
         ckpt_path = resolve_ckpt_path(cfg)  # first: resuming an interrupted run writes on in its folder
+        # The run's record holds the configuration as given, the one a rerun's is compared with: before
+        # this machine's GPU count turns trainer.devices into processes per GPU.
+        as_given = compared_config(cfg)
         pl.seed_everything(cfg.seed, workers=True)
         spread_processes_over_gpus(cfg, torch.cuda.device_count() if torch.cuda.is_available() else 0)
         datamodule = build(cfg.data)
@@ -240,7 +243,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
             logger.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
         fitting = cfg.get("fit", True)
         if fitting and trainer.is_global_zero:
-            record_start(cfg)
+            record_start(cfg, as_given)
         try:
             with child_ranks_rerun_this_job():
                 metrics, best = fit_and_test(cfg, trainer, module, datamodule, ckpt_path)

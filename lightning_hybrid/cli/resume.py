@@ -81,9 +81,10 @@ def _decide(cfg: DictConfig) -> dict[str, Any]:
     return {"output_dir": str(folder), "checkpoint": None if checkpoint is None else str(checkpoint)}
 
 
-def record_start(cfg: DictConfig) -> None:
-    """Rank 0: the run folder's record, status ``running``."""
-    run_folder.write_record(Path(cfg.paths.output_dir), compared_config(cfg), "running")
+def record_start(cfg: DictConfig, config: dict[str, Any]) -> None:
+    """Rank 0: the run folder's record of ``config`` (:func:`compared_config` of the run as given), status
+    ``running``."""
+    run_folder.write_record(Path(cfg.paths.output_dir), config, "running")
 
 
 def record_end(cfg: DictConfig, status: str, **details: Any) -> None:
