@@ -13,8 +13,12 @@ Examples:
     ['AllReduceASGDStrategy', 'BalancedDataParallelStrategy']
 """
 
-from lightning_hybrid.classifier import ClassifierModule
-from lightning_hybrid.strategies import (
+from lightning_hybrid import namespace as _namespace
+
+_namespace.install()  # first: serves the glue against `lightning` where `pytorch_lightning` is missing
+
+from lightning_hybrid.classifier import ClassifierModule  # noqa: E402
+from lightning_hybrid.strategies import (  # noqa: E402
     AllReduceASGDStrategy,
     BalancedDataParallelStrategy,
     CNeuralStrategy,

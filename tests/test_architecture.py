@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "lightning_hybrid"
-ALGORITHMS = {"balance", "comm", "devices", "metrics", "models", "parameter_server", "partition", "pipeline", "placement",
-              "run_folder", "sim"}
+ALGORITHMS = {"balance", "comm", "devices", "metrics", "models", "namespace", "parameter_server", "partition", "pipeline",
+              "placement", "run_folder", "sim"}
 GLUE = {"callbacks", "classifier", "cli", "data", "explain", "preemption", "straggler", "strategies"}
 LIGHTNING = ("pytorch_lightning", "lightning_fabric", "lightning")
 MODULES = sorted(p for p in PACKAGE.rglob("*.py"))

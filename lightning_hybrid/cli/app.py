@@ -28,10 +28,11 @@ from typing import Any
 import pytorch_lightning as pl
 import torch
 from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict, read_write
 from pytorch_lightning.accelerators import CPUAccelerator
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
+from lightning_hybrid import namespace
 from lightning_hybrid.classifier import ClassifierModule
 from lightning_hybrid.callbacks import HeterogeneitySimulator, ProgressLog
 from lightning_hybrid.cli.relaunch import child_ranks_rerun_this_job, in_multirun
@@ -57,8 +58,24 @@ OmegaConf.register_new_resolver("logical_workers", _logical_workers, replace=Tru
 def build(cfg: DictConfig, **kwargs: Any) -> Any:
     """``hydra.utils.instantiate`` with plain Python containers, never ListConfig/DictConfig: those
     would end up in checkpoints (hyperparameters, optimizer state) that then fail to load with
-    ``torch.load(weights_only=True)``."""
+    ``torch.load(weights_only=True)``. Where only ``lightning`` is installed, the configs'
+    ``pytorch_lightning.*`` targets name its ``lightning.pytorch.*`` classes."""
+    if namespace.BASE == "lightning" and isinstance(cfg, DictConfig):
+        with read_write(cfg), open_dict(cfg):
+            _translate_targets(cfg)
     return instantiate(cfg, _convert_="all", **kwargs)
+
+
+def _translate_targets(node: Any) -> None:
+    if isinstance(node, DictConfig):
+        for key in node:
+            if key == "_target_" and isinstance(node[key], str):
+                node[key] = namespace.translate(node[key])
+            else:
+                _translate_targets(node._get_node(key))
+    elif isinstance(node, ListConfig):
+        for item in node:
+            _translate_targets(item)
 
 
 def build_strategy(cfg: DictConfig) -> Any:

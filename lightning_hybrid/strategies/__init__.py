@@ -4,10 +4,17 @@
 Importing this package registers each strategy's string aliases with Lightning's
 ``StrategyRegistry`` (``import lightning_hybrid`` does so): ``"ssp"``, ``"ssp_bounded"``,
 ``"ssp_async"``, ``"cneural"``, ``"allreduce_asgd"``, ``"allreduce_asgd_dc"``, ``"hybrid"``,
-``"partitioned_inference"``, ``"balanced"``.
+``"partitioned_inference"``, ``"balanced"``. Where both Lightning namespaces are installed, the
+aliases are registered with ``lightning.pytorch``'s registry too (when it is imported), naming this
+package's ``lightning`` flavour (:mod:`lightning_hybrid.namespace`).
 """
 
+from functools import partial
+from typing import Any
+
 from pytorch_lightning.strategies import StrategyRegistry
+
+from lightning_hybrid import namespace
 
 from lightning_hybrid.strategies.allreduce_asgd import AllReduceASGDStrategy
 from lightning_hybrid.strategies.balanced import BalancedDataParallelStrategy
@@ -17,11 +24,28 @@ from lightning_hybrid.strategies.parameter_server import ParameterServerStrategy
 from lightning_hybrid.strategies.partitioned_inference import PartitionedInferenceStrategy
 from lightning_hybrid.strategies.ssp import ServerSampler, SSPStrategy
 
-for _strategy in (
-    SSPStrategy, CNeuralStrategy, AllReduceASGDStrategy, HybridParallelStrategy, PartitionedInferenceStrategy,
-    BalancedDataParallelStrategy,
-):
+_ALIASED = (SSPStrategy, CNeuralStrategy, AllReduceASGDStrategy, HybridParallelStrategy, PartitionedInferenceStrategy,
+            BalancedDataParallelStrategy)
+for _strategy in _ALIASED:
     _strategy.register_strategies(StrategyRegistry)
+
+
+def _lightning_flavour(strategy: type, **init_params: Any) -> Any:
+    return namespace.mirrored(strategy)(**init_params)
+
+
+def _register_lightning_flavours(strategies_module: Any) -> None:
+    """``lightning.pytorch``'s registry: each alias builds the ``lightning`` flavour, imported on first use."""
+    for strategy in _ALIASED:
+        for name, (description, init_params) in strategy.aliases.items():
+            strategies_module.StrategyRegistry.register(name, partial(_lightning_flavour, strategy), description=description,
+                                                        override=True, **init_params)
+
+
+# Not in the `lightning` flavour itself (served under namespace.MIRROR, or as this package where only
+# `lightning` is installed): its own registrations above are the ones `lightning.pytorch` needs.
+if not __name__.startswith(namespace.MIRROR) and namespace.BASE != "lightning" and namespace.installed("lightning"):
+    namespace.when_imported("lightning.pytorch.strategies", _register_lightning_flavours)
 
 __all__ = [
     "AllReduceASGDStrategy",

@@ -281,9 +281,10 @@ class CheckedDDPStrategy(DDPStrategy):
 
     @classmethod
     def register_strategies(cls, strategy_registry: Any) -> None:
-        """Register :attr:`aliases` with Lightning's ``StrategyRegistry``."""
+        """Register :attr:`aliases` with Lightning's ``StrategyRegistry`` (replacing the lazy entries
+        :mod:`lightning_hybrid.namespace` puts there for the other namespace's flavour)."""
         for name, (description, init_params) in cls.aliases.items():
-            strategy_registry.register(name, cls, description=description, **init_params)
+            strategy_registry.register(name, cls, description=description, override=True, **init_params)
 
     def check_trainer(self, trainer: pl.Trainer, model: pl.LightningModule | None) -> None:
         """Raise a ValueError for a run this strategy cannot do."""

@@ -1,0 +1,106 @@
+"""Both Lightning namespaces (``lightning_hybrid.namespace``): the glue served against ``lightning`` as
+well as ``pytorch_lightning``, each alias building its own namespace's strategy, and real 2-process
+fits of a user's module in each namespace, with the other one installed or not."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import lightning
+import lightning.pytorch
+import pytest
+import pytorch_lightning
+import torch
+
+import lightning_hybrid
+from conftest import clean_env
+from lightning_hybrid import namespace
+from test_configs import suite_aliases
+
+TESTS = Path(__file__).parent
+
+
+def test_the_modules_that_import_lightning_are_glue_and_the_others_are_shared():
+    glue = namespace.glue_modules()
+    assert {"lightning_hybrid", "lightning_hybrid.strategies.ssp", "lightning_hybrid.straggler"} <= glue
+    assert "lightning_hybrid.strategies.step_count" in glue  # through its package's __init__, which imports Lightning
+    assert not {"lightning_hybrid.comm.delayed_allreduce", "lightning_hybrid.run_folder", "lightning_hybrid.namespace"} & glue
+    import lightning_hybrid.comm
+    import lightning_hybrid.lightning.comm
+
+    assert lightning_hybrid.lightning.comm is lightning_hybrid.comm, "an algorithm is one module under both names"
+
+
+def test_the_lightning_source_names_lightning_and_the_mirror_s_glue():
+    source = ("import pytorch_lightning as pl\nfrom lightning_fabric.utilities import seed\n"
+              "from lightning_hybrid.strategies.common import CheckedDDPStrategy\n"
+              "from lightning_hybrid.comm import DelayedAllReduce\nfrom lightning_hybrid import ClassifierModule\n")
+    assert namespace.lightning_source(source, mirrored=True).splitlines() == [
+        "import lightning.pytorch as pl", "from lightning.fabric.utilities import seed",
+        "from lightning_hybrid.lightning.strategies.common import CheckedDDPStrategy",
+        "from lightning_hybrid.comm import DelayedAllReduce", "from lightning_hybrid.lightning import ClassifierModule"]
+    assert "from lightning_hybrid.strategies.common" in namespace.lightning_source(source, mirrored=False)
+
+
+@pytest.mark.parametrize("alias", sorted(suite_aliases()))
+def test_every_alias_builds_the_strategy_of_the_trainer_s_namespace(alias):
+    cls, params = suite_aliases()[alias]
+    for trainer_cls, base, flavour in ((lightning.Trainer, lightning.pytorch.strategies.Strategy, "lightning_hybrid.lightning."),
+                                       (pytorch_lightning.Trainer, pytorch_lightning.strategies.Strategy, "lightning_hybrid.strategies.")):
+        strategy = trainer_cls(accelerator="cpu", devices=2, strategy=alias, logger=False).strategy
+        assert isinstance(strategy, base) and type(strategy).__module__.startswith(flavour), type(strategy)
+        assert type(strategy).__qualname__ == cls.__qualname__
+        assert all(getattr(strategy, key, value) == value for key, value in params.items()), params
+
+
+def test_a_lightning_flavour_object_is_refused_by_the_other_trainer_with_lightning_s_message():
+    from lightning_hybrid.lightning import SSPStrategy
+
+    with pytest.raises(ValueError, match="invalid strategy name"):
+        pytorch_lightning.Trainer(accelerator="cpu", devices=2, strategy=SSPStrategy())
+    assert lightning_hybrid.SSPStrategy is not SSPStrategy
+
+
+def fit(out: Path, *args: str) -> dict:
+    """tests/namespace_script.py in a new interpreter (the tests' zygote has imported pytorch_lightning)."""
+    out.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run([sys.executable, str(TESTS / "namespace_script.py"), str(out), *args], env=clean_env(),
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return torch.load(out / "result.pt")
+
+
+@pytest.mark.multiprocess
+def test_a_user_s_module_trains_in_either_namespace_with_or_without_the_other_installed(tmp_path):
+    both = fit(tmp_path / "both", "--namespace", "lightning", "--strategy", "allreduce_asgd")
+    only_lightning = fit(tmp_path / "lightning", "--namespace", "lightning", "--strategy", "allreduce_asgd",
+                         "--block", "pytorch_lightning", "lightning_fabric")
+    only_pl = fit(tmp_path / "pl", "--namespace", "pytorch_lightning", "--strategy", "allreduce_asgd", "--block", "lightning")
+    assert both["strategy"] == "lightning_hybrid.lightning.strategies.allreduce_asgd.AllReduceASGDStrategy"
+    # Only `lightning` installed: the package itself is its lightning flavour, and nothing imports pytorch_lightning.
+    assert only_lightning["strategy"] == only_pl["strategy"] == "lightning_hybrid.strategies.allreduce_asgd.AllReduceASGDStrategy"
+    assert only_lightning["loaded"] == ["lightning"] and only_pl["loaded"] == ["pytorch_lightning"]
+    for result in (both, only_lightning, only_pl):
+        assert result["reports"] == 2, "the straggler report ran at each epoch's end"
+        for name, value in result["params"].items():  # the same run, whichever Lightning ran it
+            torch.testing.assert_close(value, only_pl["params"][name], rtol=0, atol=0)
+
+
+@pytest.mark.multiprocess
+def test_the_command_line_runs_where_only_lightning_is_installed(tmp_path):
+    blocked = ("import importlib.abc, runpy, sys\n"
+               "class U(importlib.abc.MetaPathFinder):\n"
+               "    def find_spec(self, name, path=None, target=None):\n"
+               "        if name.split('.')[0] in ('pytorch_lightning', 'lightning_fabric'):\n"
+               "            raise ModuleNotFoundError(name, name=name)\n"
+               "sys.meta_path.insert(0, U())\n"
+               "sys.argv = ['lightning-hybrid', *sys.argv[1:]]\n"
+               "runpy.run_module('lightning_hybrid.cli', run_name='__main__')\n")
+    proc = subprocess.run([sys.executable, "-c", blocked, "experiment=smoke", "trainer.max_epochs=1", "trainer.limit_train_batches=2",
+                           "trainer.limit_val_batches=1", "trainer.limit_test_batches=1", "trainer.enable_progress_bar=false",
+                           f"hydra.run.dir={tmp_path / 'run'}"],
+                          env=clean_env(HYDRA_FULL_ERROR="1"), cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert (tmp_path / "run" / "metrics.json").is_file()
