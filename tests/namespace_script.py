@@ -16,6 +16,8 @@ parser.add_argument("--namespace", choices=["lightning", "pytorch_lightning"], d
 parser.add_argument("--block", nargs="*", default=[], help="packages to make unimportable (e.g. pytorch_lightning lightning_fabric)")
 parser.add_argument("--strategy", default="ssp")
 parser.add_argument("--devices", type=int, default=2)
+parser.add_argument("--iterable", action="store_true", help="the training data as an IterableDataset")
+parser.add_argument("--batch-sampler", action="store_true", help="a DataLoader with a batch_sampler of its own (no batch_size)")
 args = parser.parse_args()
 
 
@@ -60,7 +62,18 @@ class Regression(L.LightningModule):
 
 g = torch.Generator().manual_seed(0)
 x = torch.randn(64, 4, generator=g)
-data = DataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=8)
+pairs = TensorDataset(x, x.sum(1, keepdim=True))
+
+
+class Stream(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        return iter(pairs)
+
+
+if args.batch_sampler:
+    data = DataLoader(pairs, batch_sampler=torch.utils.data.BatchSampler(range(len(pairs)), 8, drop_last=False))
+else:
+    data = DataLoader(Stream() if args.iterable else pairs, batch_size=8)
 L.seed_everything(0)
 module = Regression()
 report = StragglerReport()

@@ -19,7 +19,7 @@ from pytorch_lightning.callbacks import Callback
 from pytorch_lightning.trainer.states import RunningStage, TrainerFn
 from pytorch_lightning.utilities.data import _get_dataloader_init_args_and_kwargs, _reinstantiate_wrapped_cls
 from pytorch_lightning.utilities.rank_zero import rank_zero_info, rank_zero_warn
-from torch.utils.data import DataLoader, DistributedSampler, IterableDataset, SequentialSampler
+from torch.utils.data import DistributedSampler, SequentialSampler
 
 from lightning_hybrid.balance import (
     BalancedBatchSampler,
@@ -221,23 +221,23 @@ class BalancedDataParallelStrategy(common.CheckedDDPStrategy):
         self.clock = CycleClock(self.compute_slowdown)
         self.model.register_comm_hook(self.clock, timed_sum_hook)
 
+    def check_training_data(self, loader: object) -> None:
+        common.refuse_unindexed_training_data("BalancedDataParallelStrategy", loader,
+                                              "deals each rank its share of every global batch by sample index")
+        if self.global_batch is None and loader.batch_size is None:  # type: ignore[attr-defined]
+            raise ValueError(
+                "BalancedDataParallelStrategy needs global_batch= when the training DataLoader has a batch_sampler "
+                "of its own (the strategy replaces it)"
+            )
+
     def process_dataloader(self, dataloader: object) -> object:
         """The training DataLoader with the balanced batch sampler in place of Lightning's distributed sampler."""
         trainer = self.lightning_module.trainer if self.lightning_module is not None else None
         if trainer is None or not trainer.training:
             return dataloader
-        if not isinstance(dataloader, DataLoader) or isinstance(dataloader.dataset, IterableDataset):
-            raise TypeError(
-                "BalancedDataParallelStrategy deals each rank its share of every global batch: the training data must "
-                f"be a torch DataLoader over a dataset with a length, got {type(dataloader).__name__}"
-            )
+        self.check_training_data(dataloader)
         global_batch = self.global_batch
         if global_batch is None:
-            if dataloader.batch_size is None:
-                raise ValueError(
-                    "BalancedDataParallelStrategy needs global_batch= when the training DataLoader has a batch_sampler "
-                    "of its own (the strategy replaces it)"
-                )
             global_batch = dataloader.batch_size * self.world_size
         check_global_batch(global_batch, self.world_size, self.min_share)
         if self.schedule is None or (self.schedule.global_batch, self.schedule.world_size) != (global_batch, self.world_size):

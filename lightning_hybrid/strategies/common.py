@@ -82,6 +82,10 @@ class CheckingLauncher(_SubprocessScriptLauncher):
         self.strategy.check_devices()
         if trainer is not None and trainer.state.fn == TrainerFn.FITTING:
             self.strategy.check_trainer(trainer, model)
+            # fit(model, train_dataloaders, ...): a loader given directly is checked here; one a
+            # datamodule builds exists only after its setup, on each rank (process_dataloader checks it).
+            if len(args) > 1 and isinstance(args[1], torch.utils.data.DataLoader):
+                self.strategy.check_training_data(args[1])
         elif trainer is not None and hasattr(self.strategy, "check_evaluation"):
             self.strategy.check_evaluation(trainer, model)
         # Lightning's launch, with our watch in place of its observer.
@@ -115,6 +119,22 @@ class CheckingLauncher(_SubprocessScriptLauncher):
         os.environ["WORLD_SIZE"] = f"{self.num_processes * self.num_nodes}"
         local_rank, self.procs = fork_ranks(self.num_processes)
         return local_rank
+
+
+def refuse_unindexed_training_data(name: str, loader: object, why: str) -> None:
+    """A TypeError, saying what to change, unless ``loader`` is a DataLoader over a map-style dataset
+    (``__len__`` and ``__getitem__``: samples the strategy can deal by index)."""
+    dataset = getattr(loader, "dataset", None)
+    if isinstance(loader, torch.utils.data.DataLoader) and not isinstance(dataset, torch.utils.data.IterableDataset) \
+            and hasattr(dataset, "__len__"):
+        return
+    got = (f"a DataLoader over {type(dataset).__name__} (an IterableDataset)"
+           if isinstance(dataset, torch.utils.data.IterableDataset) else f"{type(loader).__name__}")
+    raise TypeError(
+        f"{name} {why}, so the training data must be a torch DataLoader over a map-style dataset (with __len__ and "
+        f"__getitem__); got {got}. Index the data (a Dataset whose __getitem__(i) reads sample i, e.g. from a list of "
+        f"files), or train with strategy='ddp' or 'allreduce_asgd', where an IterableDataset splits itself over the ranks."
+    )
 
 
 def refuse_manual_optimization(name: str, model: pl.LightningModule | None, why: str) -> None:
@@ -288,6 +308,10 @@ class CheckedDDPStrategy(DDPStrategy):
 
     def check_trainer(self, trainer: pl.Trainer, model: pl.LightningModule | None) -> None:
         """Raise a ValueError for a run this strategy cannot do."""
+
+    def check_training_data(self, loader: object) -> None:
+        """Raise for training data this strategy cannot deal (before other processes start, when the
+        loader is given to ``fit`` directly)."""
 
     def _configure_launcher(self) -> None:
         assert self.cluster_environment is not None

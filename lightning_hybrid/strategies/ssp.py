@@ -22,7 +22,7 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.trainer.states import RunningStage
 from pytorch_lightning.utilities.data import _update_dataloader
-from torch.utils.data import DataLoader, Sampler, SequentialSampler
+from torch.utils.data import Sampler, SequentialSampler
 
 from lightning_hybrid.comm.flat import gradients
 from lightning_hybrid.parameter_server.client import PullInfo
@@ -30,6 +30,7 @@ from lightning_hybrid.parameter_server.dispenser import chunks_per_epoch, segmen
 from lightning_hybrid.parameter_server.protocol import DatasetShape
 from lightning_hybrid.parameter_server.sync_controller import validate_staleness
 from lightning_hybrid.parameter_server.update_rule import UpdateRule
+from lightning_hybrid.strategies import common
 from lightning_hybrid.strategies.parameter_server import ParameterServerStrategy, WorkerEpochStats
 from lightning_hybrid.strategies.step_count import ServerSteps
 
@@ -269,12 +270,17 @@ class SSPStrategy(ParameterServerStrategy):
         self._stopped_inside_epoch = False
 
     # ------------------------------------------------------------------ data from the server
+    def check_training_data(self, loader: object) -> None:
+        common.refuse_unindexed_training_data("SSPStrategy", loader, "deals sample indices to its workers from the server")
+        if loader.batch_size is None:  # type: ignore[attr-defined]
+            raise ValueError("SSPStrategy needs a training DataLoader with a batch_size (the server deals batches of "
+                             "sample indices; a batch_sampler of the DataLoader's own is replaced): pass batch_size=")
+
     def process_dataloader(self, dataloader: object) -> object:
         trainer = self.lightning_module.trainer if self.lightning_module is not None else None
-        if self.client is None or trainer is None or not trainer.training or not isinstance(dataloader, DataLoader):
+        if self.client is None or trainer is None or not trainer.training:
             return dataloader
-        if dataloader.batch_size is None:
-            raise ValueError("SSPStrategy needs a training DataLoader with a batch_size (the server deals batches)")
+        self.check_training_data(dataloader)
         self.dataset_shape = DatasetShape(
             num_samples=len(dataloader.dataset),
             batch_size=dataloader.batch_size,
