@@ -1,0 +1,74 @@
+"""The figures of the strategy table (README.md and the site's docs/_snippets/strategy_table.md) come
+from the tables they summarise: paper 000's recipe (the LeNet-5 grid at 98 % and its rerun with learning
+curves) and the hybrid page's benchmark table. A rerun that changes a table fails here until the
+summary says the same."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+ZHANG = (ROOT / "recipes" / "zhang2017_delay_sync" / "README.md").read_text()
+HYBRID = (ROOT / "docs" / "strategies" / "hybrid.md").read_text()
+SUMMARIES = [ROOT / "README.md", ROOT / "docs" / "_snippets" / "strategy_table.md"]
+
+
+def table_after(text: str, marker: str) -> list[dict[str, str]]:
+    """The first Markdown table after the line starting with ``marker``, as rows of {header: cell}; an
+    empty first cell repeats the one above (the hybrid table's scenarios)."""
+    lines = text[text.index(marker):].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    block = [line for line in lines[start:] if line.startswith("|")][: next(
+        (i for i, line in enumerate(lines[start:]) if not line.startswith("|")), None)]
+    header, rows, last = [c.strip() for c in block[0].strip("|").split("|")], [], ""
+    for line in block[2:]:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        last = cells[0] or last
+        rows.append(dict(zip(header, [last, *cells[1:]])))
+    return rows
+
+
+def span(values: list[float]) -> str:
+    return f"{min(values):.2f}-{max(values):.2f}x"
+
+
+def factor(cell: str) -> float:
+    return float(re.match(r"([\d.]+)x", cell).group(1))
+
+
+def expected_figures() -> dict[str, list[str]]:
+    zhang = table_after(ZHANG, "LeNet-5, 98 %:") + table_after(ZHANG, "Its summary (")
+    persistent = [r for r in zhang if r["scenario"].endswith("_persistent")]
+    none = [r for r in zhang if r["scenario"] == "none"]
+    hybrid = [r for r in table_after(HYBRID, "### Against what you would pick instead") if r["vs DDP"]]
+    two_ranks = [r for r in hybrid if r["scenario"] in ("2 equal ranks", "speeds [1, 2]", "real contention on rank 1")]
+    (four,) = [r for r in hybrid if r["scenario"] == "speeds [1, 1, 2, 2]" and r["contender"] == "hybrid"]
+    return {
+        "BalancedDataParallelStrategy": [f"{span([factor(r['balanced']) for r in persistent])} sooner with one rank slow",
+                                         f"({span([factor(r['balanced']) for r in none])})"],
+        "SSPStrategy": [f"{span([factor(r['ssp']) for r in persistent])} sooner with one rank slow",
+                        f"({span([factor(r['ssp']) for r in none])})"],
+        "HybridParallelStrategy": [
+            f"speeds [1, 1, 2, 2] {four['vs DDP']} DDP",
+            f"on 2 ranks {span([factor(r['vs DDP']) for r in two_ranks if r['contender'] == 'hybrid'])}",
+            f"(balanced: {span([factor(r['vs DDP']) for r in two_ranks if r['contender'] == 'balanced'])})"],
+    }
+
+
+@pytest.mark.parametrize("summary", SUMMARIES, ids=lambda p: p.name)
+def test_the_strategy_table_s_figures_are_the_source_tables(summary):
+    rows = {re.search(r"`(\w+Strategy)`", line).group(1): line for line in summary.read_text().splitlines()
+            if line.startswith("| [`")}
+    for strategy, figures in expected_figures().items():
+        for figure in figures:
+            assert figure in rows[strategy], f"{summary.name}, {strategy}: expected {figure!r} in {rows[strategy]!r}"
+
+
+def test_the_readme_and_the_site_show_the_same_table():
+    def figures(path: Path) -> list[str]:
+        return [line.rsplit("|", 2)[-2] for line in path.read_text().splitlines() if line.startswith("| [`")]
+
+    assert figures(SUMMARIES[0]) == figures(SUMMARIES[1])
