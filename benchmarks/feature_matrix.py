@@ -23,7 +23,8 @@ case:
     python benchmarks/feature_matrix.py --strategies ssp --features max_steps fast_dev_run
 
 Our strategies fork their ranks (``fork_ranks=True``: the same run as a rerun script, faster);
-Lightning's DDP reruns the script. Writes benchmarks/results/feature_matrix.md and .json.
+Lightning's DDP reruns the script. Writes benchmarks/results/feature_matrix.md and .json
+(``--namespace lightning``: every case on ``import lightning``; feature_matrix_lightning.md and .json).
 """
 
 from __future__ import annotations
@@ -76,16 +77,20 @@ FEATURES: dict[str, dict] = {
 
 
 # ---------------------------------------------------------------------------------------- one case
-def run_case(strategy_name: str, feature: str, out: Path) -> None:
-    import pytorch_lightning as pl
+def run_case(strategy_name: str, feature: str, out: Path, namespace: str = "pytorch_lightning") -> None:
+    import importlib
+
     import torch
     from torch import nn
     from torch.utils.data import DataLoader, TensorDataset
 
-    from lightning_hybrid import (
-        AllReduceASGDStrategy, BalancedDataParallelStrategy, CNeuralStrategy, HybridParallelStrategy,
-        PartitionedInferenceStrategy, SSPStrategy,
-    )
+    # The Trainer, the module and our classes from one Lightning namespace (docs/python.md).
+    pl = importlib.import_module("lightning.pytorch" if namespace == "lightning" else "pytorch_lightning")
+    ours = importlib.import_module("lightning_hybrid.lightning" if namespace == "lightning" else "lightning_hybrid")
+    AllReduceASGDStrategy, BalancedDataParallelStrategy, CNeuralStrategy = (
+        ours.AllReduceASGDStrategy, ours.BalancedDataParallelStrategy, ours.CNeuralStrategy)
+    HybridParallelStrategy, PartitionedInferenceStrategy, SSPStrategy = (
+        ours.HybridParallelStrategy, ours.PartitionedInferenceStrategy, ours.SSPStrategy)
 
     torch.set_num_threads(1)
     pl.seed_everything(0)
@@ -394,11 +399,13 @@ def main() -> None:
     parser.add_argument("--strategies", nargs="+", default=STRATEGIES, choices=STRATEGIES)
     parser.add_argument("--features", nargs="+", default=list(FEATURES), choices=list(FEATURES))
     parser.add_argument("--out", type=Path, default=Path(__file__).with_name("results"))
+    parser.add_argument("--namespace", choices=("pytorch_lightning", "lightning"), default="pytorch_lightning",
+                        help="the Lightning package every case imports (lightning: `import lightning`, lightning_hybrid.lightning)")
     parser.add_argument("--case", nargs=2, metavar=("STRATEGY", "FEATURE"), help=argparse.SUPPRESS)
     parser.add_argument("--case-dir", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.case:
-        run_case(*args.case, args.case_dir)
+        run_case(*args.case, args.case_dir, args.namespace)
         return
     import tempfile
 
@@ -412,7 +419,8 @@ def main() -> None:
             case_dir.mkdir(exist_ok=True)
             try:
                 return case_dir, subprocess.run([sys.executable, __file__, "--case", strategy, feature, "--case-dir",
-                                                 str(case_dir)], capture_output=True, text=True, timeout=300, env=env)
+                                                 str(case_dir), "--namespace", args.namespace],
+                                                capture_output=True, text=True, timeout=300, env=env)
             except subprocess.TimeoutExpired:
                 return case_dir, None
 
@@ -435,13 +443,14 @@ def main() -> None:
                 print(f"{strategy:>22} {feature:<28} {outcome[0]:<8} {time.perf_counter() - started:5.1f} s  {outcome[1]}",
                       flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "feature_matrix.json").write_text(json.dumps(results, indent=1))
+    name = "feature_matrix" if args.namespace == "pytorch_lightning" else "feature_matrix_lightning"
+    (args.out / f"{name}.json").write_text(json.dumps(results, indent=1))
     lines = ["| feature | " + " | ".join(args.strategies) + " |", "|---" * (len(args.strategies) + 1) + "|"]
     for feature in args.features:
         cells = [results.get(feature, {}).get(s, ("n/a", ""))[0] for s in args.strategies]
         lines.append(f"| {feature} | " + " | ".join(cells) + " |")
     notes = [f"- {s} x {f}: {o[0]}: {o[1]}" for f, row in results.items() for s, o in row.items() if o[0] != "ok" and o[1]]
-    (args.out / "feature_matrix.md").write_text("\n".join(lines + ["", *notes]) + "\n")
+    (args.out / f"{name}.md").write_text("\n".join(lines + ["", *notes]) + "\n")
     print("\n".join(lines + ["", *notes]))
 
 
