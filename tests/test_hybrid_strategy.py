@@ -226,6 +226,20 @@ def test_a_training_step_the_pipeline_never_calls_is_warned_about():
         strategy.check_trainer(trainer, make_module(0.1, 0.0))  # ClassifierModule logs in on_pipeline_step
 
 
+def test_a_module_an_earlier_fit_left_holding_one_stage_is_refused_before_processes_start():
+    from lightning_hybrid.pipeline.materialize import free
+
+    strategy = HybridParallelStrategy(devices=[1.0, 1.0])
+    trainer = pl.Trainer(accelerator="cpu", devices=2, strategy=strategy, logger=False)
+    module = _ProbeWithTrainingStep()
+    module.on_pipeline_step = lambda *args: None
+    strategy.check_trainer(trainer, module)  # a whole module, never pipelined
+    free(module.net[3])  # what an earlier pipelined fit leaves on a rank holding the first stage
+    module._pipelined = True
+    with pytest.raises(ValueError, match=r"pipelined by an earlier Trainer in this process.*Fit a new module"):
+        strategy.check_trainer(trainer, module)
+
+
 def test_step_checkpoints_are_refused_with_delayed_gradient_sync():
     strategy = HybridParallelStrategy(gradient_sync="delayed")
     trainer = pl.Trainer(accelerator="cpu", devices=2, strategy=strategy, logger=False,

@@ -20,9 +20,7 @@ from pytorch_lightning.overrides.distributed import _sync_module_states
 from pytorch_lightning.trainer.states import TrainerFn
 from pytorch_lightning.utilities.rank_zero import rank_zero_warn
 
-from lightning_hybrid.comm.collectives import (
-    all_gather_object, broadcast_object,
-)
+from lightning_hybrid.comm.collectives import all_gather_object, broadcast_object
 from lightning_hybrid.comm.delayed_allreduce import DelayedAllReduce
 from lightning_hybrid.devices import Device, PeakMemory, devices_from_config, devices_in_flops, free_memory, probe_speed
 from lightning_hybrid.pipeline import Mesh, PipelineParallel, StageModule, pipeline_blocks, pipeline_inputs, pipeline_loss
@@ -218,6 +216,9 @@ class HybridParallelStrategy(StageOnlyState, common.RoutedEvaluation, common.Unw
         common.refuse_grad_scaler("HybridParallelStrategy", self.precision_plugin)
         if model is None:
             return
+        if is_freed(model) and getattr(model, "_pipelined", False):
+            raise ValueError(f"{type(model).__name__} was pipelined by an earlier Trainer in this process: each rank kept only "
+                             "its stage's parameters. Fit a new module (ckpt_path= restores every stage from a checkpoint)")
         if _builds_in_configure_model(model):
             return  # no blocks before configure_model(): checked at setup, on the meta device
         self._check_module(model)
@@ -337,8 +338,7 @@ class HybridParallelStrategy(StageOnlyState, common.RoutedEvaluation, common.Unw
             raise ValueError("placement='time' times the real blocks, but the model is on the meta device "
                              "(configure_model()); use placement='gabra' or 'exact', or build the model in __init__")
         was_training = [block.training for _, block in named]
-        # Profiling runs backward: the first batch may come from validation (the sanity check, or
-        # trainer.validate before any fit), under Lightning's inference mode.
+        # Profiling runs backward: the first batch may be validation's (sanity check), under inference mode.
         with torch.inference_mode(False), torch.enable_grad():
             pairs = named if timed else [(name, meta_copy(block)) for name, block in named]
             if not timed:  # shapes only; at least 2 samples: BatchNorm in training mode refuses one per channel
@@ -390,7 +390,7 @@ class HybridParallelStrategy(StageOnlyState, common.RoutedEvaluation, common.Unw
 
     def _adopt(self, placement: Placement) -> None:
         """Use ``placement``: this rank keeps (or materialises) its stage's blocks and frees the others."""
-        self.placement = placement
+        self.placement, self.lightning_module._pipelined = placement, True  # no second fit of it (check_trainer)
         self.mesh = Mesh(self.pipeline_stages, self.data_parallel, tuple(placement.device_order))
         stage = self.placement.stages[self.mesh.stage_of(self.global_rank)]
         blocks = [block for _, block in pipeline_blocks(self.lightning_module).named_children()]
