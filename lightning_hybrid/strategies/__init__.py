@@ -15,7 +15,6 @@ from typing import Any
 from pytorch_lightning.strategies import StrategyRegistry
 
 from lightning_hybrid import namespace
-
 from lightning_hybrid.strategies.allreduce_asgd import AllReduceASGDStrategy
 from lightning_hybrid.strategies.balanced import BalancedDataParallelStrategy
 from lightning_hybrid.strategies.cneural import CNeuralStrategy

@@ -128,8 +128,9 @@ def refuse_unindexed_training_data(name: str, loader: object, why: str) -> None:
     if isinstance(loader, torch.utils.data.DataLoader) and not isinstance(dataset, torch.utils.data.IterableDataset) \
             and hasattr(dataset, "__len__"):
         return
-    got = (f"a DataLoader over {type(dataset).__name__} (an IterableDataset)"
-           if isinstance(dataset, torch.utils.data.IterableDataset) else f"{type(loader).__name__}")
+    kind = "an IterableDataset" if isinstance(dataset, torch.utils.data.IterableDataset) else "no __len__"
+    got = f"a DataLoader over {type(dataset).__name__} ({kind})" if isinstance(loader, torch.utils.data.DataLoader) \
+        else type(loader).__name__
     raise TypeError(
         f"{name} {why}, so the training data must be a torch DataLoader over a map-style dataset (with __len__ and "
         f"__getitem__); got {got}. Index the data (a Dataset whose __getitem__(i) reads sample i, e.g. from a list of "
