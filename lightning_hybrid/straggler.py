@@ -186,7 +186,9 @@ class StragglerReport(pl.Callback):
         self.findings.append(finding)
         for rank, (cycle, wait, own) in enumerate(zip(finding.cycle_s, finding.wait_s, finding.own_s)):
             for name, value in (("cycle_s", cycle), ("wait_s", wait), ("own_s", own)):
-                pl_module.log(f"straggler/rank{rank}/{name}", value, on_epoch=True, rank_zero_only=True)
+                # The same gathered values on every rank: a max over ranks changes nothing and spares
+                # Lightning's "use sync_dist=True" warning for each of them.
+                pl_module.log(f"straggler/rank{rank}/{name}", value, on_epoch=True, sync_dist=True, reduce_fx="max")
         if trainer.is_global_zero:
             log.info(finding.line(trainer.current_epoch))
 
