@@ -170,7 +170,7 @@ class _Shared(importlib.abc.Loader):
         return importlib.import_module(self.name)
 
     def exec_module(self, module: ModuleType) -> None:
-        pass
+        """Nothing to run: :meth:`create_module` returned the module already imported under its own name."""
 
 
 class _ThenCall(importlib.abc.Loader):
