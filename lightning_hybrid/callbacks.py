@@ -378,5 +378,10 @@ class ProgressLog(pl.Callback):
             log.info(self._line(trainer, batch_idx))
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # Every rank reads the metrics, rank 0 prints them: at an epoch's end a read computes the epoch's
+        # values, and computing one synchronises it across the ranks (``sync_dist``, torchmetrics), so a
+        # read on rank 0 alone issues collectives the others do not, and the ranks wait for each other
+        # forever. Within an epoch a read returns the step values, already synchronised when logged.
+        line = self._line(trainer, None)
         if trainer.is_global_zero:
-            log.info(self._line(trainer, None))
+            log.info(line)

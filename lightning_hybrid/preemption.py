@@ -4,9 +4,13 @@
 
 :class:`Preemption` (a Lightning callback) makes SIGTERM (a scheduler's stop), SIGINT (Ctrl+C, once;
 twice interrupts at once) and SLURM's requeue signal (``requeue_signal``, SIGUSR2: what
-``hydra/launcher=slurm`` asks for with ``--signal``) stop the fit between two training batches, on
-every rank at the same batch where the strategy's ranks meet every step (rank 0's request broadcast
-before each batch, :mod:`lightning_hybrid.strategies.sigterm`). Then:
+``hydra/launcher=slurm`` asks for with ``--signal``) stop the fit between two batches, wherever the signal arrives: the handler only records
+it, and the ranks agree before each training, validation or test batch whether any of them was
+asked to stop (:mod:`lightning_hybrid.strategies.meeting`), so every rank stops at the same batch
+(the parameter-server workers, which do not meet between sync points, each at its next batch).
+The handlers are in place from the fit's setup (the CLI's, :meth:`Preemption.arm`, from before
+the fit) until its end; a stop asked for during set-up or the sanity check takes effect at the
+first batch, before any training: nothing is saved, and a rerun starts over. Then:
 
 * where the strategy can continue an epoch (:func:`resumes_mid_epoch`: DDP, the balanced and
   delayed all-reduce strategies, the pipeline with per-step gradient sync), it saves
@@ -44,7 +48,7 @@ import pytorch_lightning as pl
 from lightning_fabric.utilities.data import _set_sampler_epoch
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
-from lightning_hybrid.strategies.sigterm import broadcast_sigterm, request_stop, restore_sigterm_broadcast
+from lightning_hybrid.strategies.meeting import meeting
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +72,9 @@ class Stop:
     requeued: str | None = None
     strategy: str = ""
 
+    #: Nothing had been trained when the stop came (set-up, the sanity check, the first batch).
+    before_training: bool = False
+
     @property
     def exit_code(self) -> int:
         return 128 + int(signal.Signals[self.signal])
@@ -76,6 +83,9 @@ class Stop:
         """The one line that says what stopped the run and where it continues."""
         of = f" of {self.batches}" if self.batches != float("inf") else ""
         where = f"epoch {self.epoch} after {self.batches_done}{of} batches"
+        if self.before_training:
+            return (f"stopped by {self.signal} before any training (set-up or the sanity check): nothing to save; "
+                    "run the same command again to start over")
         if self.checkpoint is None:
             resume = "no checkpoint was saved before it (a rerun starts afresh)"
         elif self.mid_epoch:
@@ -154,11 +164,59 @@ class Preemption(pl.Callback):
         self.requeue = requeue
         #: What stopped the fit (None while it runs).
         self.stop: Stop | None = None
-        #: The first stop signal received (its name), None before one.
+        #: The first stop signal this process received (its name), None before one.
         self.received: str | None = None
         self._saved_handlers: dict[int, Any] = {}
+        self._armed_by_caller = False
+        self._trainer: pl.Trainer | None = None
 
     # ------------------------------------------------------------------ signals
+    def arm(self) -> None:
+        """Install the handlers now and keep them until :meth:`disarm` (the CLI, around the whole job:
+        a signal during set-up, or a second one while the stop's checkpoint is written, is one orderly
+        stop). Without it, :meth:`setup` installs them for the fit or test and removes them after."""
+        if self._install():
+            self._armed_by_caller = True
+
+    def disarm(self) -> None:
+        self._armed_by_caller = False
+        self._restore_handlers()
+
+    def _install(self) -> bool:
+        """SIGTERM, SIGINT and the requeue signal stop the fit (in the main thread only, as signal
+        handlers must be). The handler records the signal and asks this Trainer's meeting point to stop
+        (:mod:`lightning_hybrid.strategies.meeting`), nothing more: no logging (a handler that runs
+        while this process is inside a logging call would write into the same stream and fail
+        re-entrantly), no collective (a rank inside one would start a second). A second SIGINT
+        interrupts at once, as Ctrl+C twice does."""
+        if self._saved_handlers or threading.current_thread() is not threading.main_thread():
+            return False
+
+        def on_stop_signal(signum: int, frame: Any) -> None:
+            if signum == signal.SIGINT and self.received is not None:
+                raise KeyboardInterrupt  # a second Ctrl+C: now
+            self.received = self.received or signal.Signals(signum).name
+            if self._trainer is not None:
+                meeting(self._trainer).request_stop(signum)
+
+        signals = [signal.SIGTERM, signal.SIGINT] + ([self.requeue_signal] if self.requeue_signal is not None else [])
+        for signum in signals:
+            self._saved_handlers[signum] = signal.getsignal(signum)
+            signal.signal(signum, on_stop_signal)
+        return True
+
+    def _restore_handlers(self) -> None:
+        for signum, handler in self._saved_handlers.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+        self._saved_handlers = {}
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self._trainer = trainer
+        self._install()
+        agreement = meeting(trainer).attach()
+        if self.received is not None:  # asked for before the meeting existed (set-up)
+            agreement.request_stop(signal.Signals[self.received])
+
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         skipped = skip_done_batches(trainer)
         if skipped:
@@ -166,53 +224,46 @@ class Preemption(pl.Callback):
             warnings.filterwarnings("ignore", message="You're resuming from a checkpoint that ended before the epoch")
             log.info("rank %d: resumed in epoch %d; its first %d batches were trained before the checkpoint",
                      trainer.global_rank, trainer.current_epoch, skipped)
-        self._install(trainer)
 
-    def _install(self, trainer: pl.Trainer) -> None:
-        """SIGTERM, SIGINT and the requeue signal stop the fit after the batch (in the main thread
-        only, as signal handlers must be). In place of Lightning's SIGTERM handler, which broadcasts
-        from inside the handler: a rank that receives the signal while in a collective (the ranks
-        rank 0 passes it on to) then starts a second one and the ranks wait for each other forever.
-        Here the handler only sets the flag that the per-batch check reads (rank 0's, broadcast by
-        Lightning or the strategy) and passes the signal on to the ranks this process started (SIGINT as
-        SIGTERM: Ctrl+C in a terminal reaches them too, and a second SIGINT would interrupt them at once)."""
-        if threading.current_thread() is not threading.main_thread():
-            return
-        broadcast_sigterm(trainer)
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int) -> None:
+        if trainer.world_size == 1 and meeting(trainer).requested:
+            trainer._signal_connector.received_sigterm = True  # one process: Lightning stops after this batch
 
-        def on_stop_signal(signum: int, frame: Any) -> None:
-            if signum == signal.SIGINT and self.received is not None:
-                raise KeyboardInterrupt  # a second Ctrl+C: now
-            # No logging here: a handler that runs while this process is inside a logging call (the
-            # second of two signals, say) would write into the same stream and fail re-entrantly.
-            first = self.received is None
-            self.received = self.received or signal.Signals(signum).name
-            launcher = trainer.strategy.launcher
-            if first and launcher is not None and hasattr(launcher, "kill"):
-                launcher.kill(signal.SIGTERM if signum == signal.SIGINT else signum)  # as Lightning passes on SIGTERM
-            request_stop(trainer)
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        meeting(trainer).evaluation_starts(trainer.num_sanity_val_batches if trainer.sanity_checking
+                                           else trainer.num_val_batches)
 
-        signals = [signal.SIGTERM, signal.SIGINT] + ([self.requeue_signal] if self.requeue_signal is not None else [])
-        for signum in signals:
-            self._saved_handlers[signum] = signal.getsignal(signum)
-            signal.signal(signum, on_stop_signal)
+    def on_test_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        meeting(trainer).evaluation_starts(trainer.num_test_batches)
 
-    def _restore_handlers(self) -> None:
-        for signum, handler in self._saved_handlers.items():
-            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
-        self._saved_handlers = {}
+    def on_validation_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
+                                  batch_idx: int, dataloader_idx: int = 0) -> None:
+        meeting(trainer).agree_in_evaluation()
+
+    def on_test_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
+                            batch_idx: int, dataloader_idx: int = 0) -> None:
+        meeting(trainer).agree_in_evaluation()
 
     # ------------------------------------------------------------------ the stop
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
-        self._restore_handlers()
-        if not isinstance(exception, SIGTERMException) or trainer.state.fn != "fit":
+        stopped_by = meeting(trainer).agreed_signal or self.received or "SIGTERM"
+        self._end(trainer)
+        if not isinstance(exception, SIGTERMException):
+            return
+        self.received = self.received or stopped_by
+        if trainer.state.fn != "fit":
+            self.stop = Stop(signal=stopped_by, strategy=type(trainer.strategy).__name__)
             return
         loop = trainer.fit_loop
         strategy = trainer.strategy
-        stop = Stop(signal=self.received or "SIGTERM", epoch=trainer.current_epoch,
+        stop = Stop(signal=stopped_by, epoch=trainer.current_epoch,
                     batches_done=loop.epoch_loop.batch_progress.current.completed,
                     batches=trainer.num_training_batches, strategy=type(strategy).__name__)
-        if resumes_mid_epoch(strategy):
+        stop.before_training = (trainer.global_step == 0 and stop.epoch == 0 and stop.batches_done == 0
+                                and loop.epoch_loop.batch_progress.total.completed == 0)
+        if stop.before_training:
+            pass  # nothing trained: nothing to save
+        elif resumes_mid_epoch(strategy):
             path = self._checkpoint_dir(trainer) / CHECKPOINT_NAME
             trainer.save_checkpoint(path, weights_only=False)
             stop.checkpoint, stop.mid_epoch = path, True
@@ -238,6 +289,12 @@ class Preemption(pl.Callback):
             return Path(callback.dirpath)
         return Path(trainer.default_root_dir) / "checkpoints"
 
+    def _end(self, trainer: pl.Trainer) -> None:
+        """The fit or test is over: Lightning's per-batch hook back, and the handlers unless the caller
+        armed them."""
+        meeting(trainer).detach()
+        if not self._armed_by_caller:
+            self._restore_handlers()
+
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        self._restore_handlers()
-        restore_sigterm_broadcast(trainer)
+        self._end(trainer)

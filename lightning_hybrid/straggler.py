@@ -30,7 +30,7 @@ import pytorch_lightning as pl
 import torch.distributed as dist
 
 from lightning_hybrid.comm.collectives import all_gather_object
-from lightning_hybrid.strategies.sigterm import time_sigterm_check, untime_sigterm_check
+from lightning_hybrid.strategies.meeting import meeting
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +55,8 @@ ADVICE = {
 @dataclass
 class RankTimes:
     """One rank's batches of an epoch: seconds of each whole cycle, of its backward and optimizer step
-    (where ranks wait for each other), of the stop check before it (where ranks meet too: Lightning's
-    per-batch SIGTERM broadcast), and its samples."""
+    (where ranks wait for each other), of the stop check before it (where ranks meet too: the per-batch
+    meeting point, :mod:`lightning_hybrid.strategies.meeting`), and its samples."""
 
     cycle: list[float] = field(default_factory=list)
     sync: list[float] = field(default_factory=list)
@@ -138,13 +138,14 @@ class StragglerReport(pl.Callback):
         self._last_start: float | None = None
         self._samples = 0
         self._check_s = 0.0
-        self._timed = False
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         # First among the callbacks: a callback's work after a batch counts in the rank's cycle.
         if self in trainer.callbacks:
             trainer.callbacks.remove(self)
             trainer.callbacks.insert(0, self)
+        if stage == "fit":  # the per-batch meeting point, where ranks that meet every step wait too
+            meeting(trainer).attach().observe(self._record_check)
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.times, self._last_start = RankTimes(), None
@@ -153,9 +154,6 @@ class StragglerReport(pl.Callback):
         self._check_s += seconds
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int) -> None:
-        if not self._timed:  # now that every on_train_start (the preemption's check) has run
-            time_sigterm_check(trainer, self._record_check)
-            self._timed = True
         now = time.perf_counter()
         if self._last_start is not None and self._before_backward is not None:
             self.times.cycle.append(now - self._last_start)
@@ -193,6 +191,4 @@ class StragglerReport(pl.Callback):
             log.info(finding.line(trainer.current_epoch))
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        if self._timed:
-            untime_sigterm_check(trainer)
-            self._timed = False
+        meeting(trainer).forget(self._record_check)

@@ -34,6 +34,15 @@ torch.set_num_threads(threads_per_process(1))
 REPO = Path(__file__).resolve().parents[1]
 REAL_MNIST = REPO.parent / "shared" / "data" / "mnist"
 
+# Every process group of the tests checks that its ranks issue the same collectives, with the same
+# shapes (gloo: torch's ProcessGroupWrapper), so that a desynchronised run fails at once, naming the
+# mismatch, instead of hanging until a timeout. collective_check/sitecustomize.py, loaded by every
+# Python the tests start, keeps Lightning's DDPStrategy from crashing under it (see there).
+COLLECTIVE_CHECK = Path(__file__).with_name("collective_check")
+os.environ["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(COLLECTIVE_CHECK), os.environ.get("PYTHONPATH")) if p)
+torch.distributed.set_debug_level_from_env()
+
 
 @pytest.fixture
 def real_mnist() -> Path:
@@ -74,7 +83,10 @@ def clean_env(**extra: str) -> dict[str, str]:
     """This process's environment without the variables that would make a started script think it
     is a rank of a run already (pytest-xdist workers may carry them), plus ``extra``."""
     drop = ("LOCAL_RANK", "MASTER_PORT", "WORLD_SIZE", "NODE_RANK")
-    return {**{k: v for k, v in os.environ.items() if k not in drop}, **extra}
+    env = {**{k: v for k, v in os.environ.items() if k not in drop}, **extra}
+    if "PYTHONPATH" in extra:  # the collective check's folder stays first
+        env["PYTHONPATH"] = os.pathsep.join((str(COLLECTIVE_CHECK), extra["PYTHONPATH"]))
+    return env
 
 
 class Zygote:

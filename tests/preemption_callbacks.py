@@ -72,3 +72,15 @@ class SampleFingerprints(pl.Callback):
         sums = x.reshape(len(x), -1).double().sum(1).tolist()
         with open(self.folder / f"samples_rank{trainer.global_rank}.txt", "a") as f:
             f.write(f"{trainer.current_epoch} {' '.join(f'{s:.6f}' for s in sums)}\n")
+
+
+class ExtraCollectiveOnRankZero(pl.Callback):
+    """At the end of training epoch ``epoch``, rank 0 alone issues an all-reduce (a desynchronisation
+    on purpose: a callback that runs a collective under ``is_global_zero``)."""
+
+    def __init__(self, epoch: int = 0) -> None:
+        self.epoch = epoch
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        if trainer.current_epoch == self.epoch and trainer.is_global_zero:
+            torch.distributed.all_reduce(torch.ones(1))

@@ -16,8 +16,8 @@ waiting never inflates the time that decides the shares. Where the cycle was int
 something all ranks do together (validation, an epoch's end: :meth:`CycleClock.interrupt`), the
 next cycle starts with the step's first batch instead; the strategy's own collectives inside a
 cycle (a rebalancing's gather: :meth:`CycleClock.paused`) count as waiting. The
-all-reduce must be the cycle's only synchronization point: the strategy defers Lightning's
-per-batch SIGTERM broadcast (:mod:`lightning_hybrid.strategies.sigterm`); a collective of the
+all-reduce must be the cycle's only synchronization point: the strategy agrees on a stop
+a batch late, in the background (``Deferred``, in the Lightning glue's per-batch meeting point); a collective of the
 user's inside the step (``self.log(..., on_step=True, sync_dist=True)``, BatchNorm buffers
 broadcast by DDP) is another, at which a fast rank's wait counts as its own time.
 

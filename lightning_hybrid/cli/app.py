@@ -40,6 +40,7 @@ from lightning_hybrid.cli.resume import compared_config, record_end, record_star
 from lightning_hybrid.cli.slurm import submitit_task_as_rank, task_threads  # also registers ${lh_slurm:...}
 from lightning_hybrid.preemption import Preemption, Stop
 from lightning_hybrid.strategies.checkpoint_io import AtomicCheckpointIO
+from lightning_hybrid.watchdog import Watchdog
 
 log = logging.getLogger("lightning_hybrid")
 
@@ -121,6 +122,8 @@ def build_callbacks(cfg: DictConfig, datamodule: Any = None) -> list[pl.Callback
         callbacks.append(sim)
     if progress_as_lines(cfg):
         callbacks.append(ProgressLog(every_s=float(cfg.get("progress_every_s", 30))))
+    if cfg.get("watchdog_s") is not None:
+        callbacks.append(Watchdog(timeout_s=float(cfg.watchdog_s), setting=f"watchdog_s={cfg.watchdog_s}"))
     return callbacks
 
 
@@ -261,6 +264,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
         fitting = cfg.get("fit", True)
         if fitting and trainer.is_global_zero:
             record_start(cfg, as_given)
+        preemption.arm()  # a signal from here on, set-up included, is one orderly stop
         try:
             with child_ranks_rerun_this_job():
                 metrics, best = fit_and_test(cfg, trainer, module, datamodule, ckpt_path)
@@ -271,6 +275,8 @@ def train(cfg: DictConfig) -> dict[str, float]:
             if fitting and trainer.is_global_zero:
                 record_end(cfg, "failed", error=f"{type(error).__name__}: {error}"[:500])
             raise
+        finally:
+            preemption.disarm()
         if trainer.is_global_zero:
             report(metrics, Path(cfg.paths.output_dir), best)
         return metrics

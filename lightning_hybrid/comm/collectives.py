@@ -37,6 +37,31 @@ def group_device(group: dist.ProcessGroup | None = None) -> torch.device:
     return torch.device("cpu")
 
 
+_ddp_groups: list[tuple[dist.ProcessGroup, dist.ProcessGroup]] = []  # (default group, DDP's group)
+
+
+def ddp_group() -> dist.ProcessGroup | None:
+    """The group ``DistributedDataParallel`` reduces over: the default group (``None``), except where
+    ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` wraps the default gloo group in torch's collective checker.
+    DDP's constructor then crashes the process (torch 2.13: ``c10d::Logger::set_env_variables`` reads
+    the checker as a gloo group; a segmentation fault), so DDP gets a gloo group of every rank made
+    without the checker: DDP's own all-reduces go unchecked, every other collective stays checked.
+    A collective call (every rank calls it, once per default group, at the same point)."""
+    if dist.get_debug_level() != dist.DebugLevel.DETAIL or dist.get_backend() != "gloo":
+        return None
+    world = dist.group.WORLD
+    for default, group in _ddp_groups:
+        if default is world:
+            return group
+    dist.set_debug_level(dist.DebugLevel.OFF)  # read when a group is made: this one gets no checker
+    try:
+        group = dist.new_group(backend="gloo")
+    finally:
+        dist.set_debug_level(dist.DebugLevel.DETAIL)
+    _ddp_groups[:] = [(world, group)]  # an earlier default group is gone
+    return group
+
+
 def _staged(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
     """``tensor`` itself when it is contiguous on ``device``, else a contiguous copy there."""
     if tensor.device == device and tensor.is_contiguous():
@@ -99,10 +124,11 @@ class Pending:
         return _copy_back(self._staged, self._into)
 
 
-def start_all_reduce(tensor: torch.Tensor, group: dist.ProcessGroup | None = None) -> Pending:
-    """Start summing ``tensor`` across the group in the background."""
+def start_all_reduce(tensor: torch.Tensor, group: dist.ProcessGroup | None = None,
+                     op: dist.ReduceOp = dist.ReduceOp.SUM) -> Pending:
+    """Start reducing ``tensor`` across the group (a sum unless ``op`` says otherwise) in the background."""
     staged = _staged(tensor, group_device(group))
-    return Pending(dist.all_reduce(staged, group=group, async_op=True), staged, tensor)
+    return Pending(dist.all_reduce(staged, op=op, group=group, async_op=True), staged, tensor)
 
 
 def start_broadcast(tensor: torch.Tensor, src: int, group: dist.ProcessGroup | None = None) -> Pending:

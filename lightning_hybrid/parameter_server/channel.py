@@ -26,6 +26,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from lightning_hybrid.comm.board import connect_store
 from lightning_hybrid.comm.collectives import SIDE_CHANNEL_DEVICE
 from lightning_hybrid.parameter_server.protocol import (
     HEADER_LEN, TAG_REPLY, TAG_REPLY_PAYLOAD, TAG_REQUEST, TAG_REQUEST_PAYLOAD, Message, decode, encode,
@@ -47,9 +48,8 @@ class WorkerLostError(ChannelClosedError):
 
 def open_channel(host: str, port: int, prefix: str, rank: int, size: int, timeout_s: float) -> dist.ProcessGroup:
     """Join the side-channel group ``prefix`` as ``rank`` of ``size`` through the store at host:port."""
-    timeout = datetime.timedelta(seconds=timeout_s)
-    store = dist.TCPStore(host, port, is_master=False, timeout=timeout)
-    return dist.ProcessGroupGloo(dist.PrefixStore(prefix, store), rank, size, timeout)
+    store = connect_store(host, port, timeout_s)
+    return dist.ProcessGroupGloo(dist.PrefixStore(prefix, store), rank, size, datetime.timedelta(seconds=timeout_s))
 
 
 def send(pg: dist.ProcessGroup, tensor: torch.Tensor, dst: int, tag: int) -> None:

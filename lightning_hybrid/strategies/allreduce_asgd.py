@@ -17,7 +17,7 @@ from pytorch_lightning.utilities.rank_zero import rank_zero_warn
 
 from lightning_hybrid.comm.delayed_allreduce import DelayedAllReduce, learning_rates, step_at, validate
 from lightning_hybrid.strategies import common
-from lightning_hybrid.strategies.sigterm import defer_sigterm_broadcast, restore_sigterm_broadcast
+from lightning_hybrid.strategies.meeting import Agreement, Deferred, EveryBatch
 
 
 #: Where a checkpoint written between sync points keeps the pending averages.
@@ -161,9 +161,13 @@ class AllReduceASGDStrategy(common.UnwrappedDDPStrategy):
             self.pushed = len(self._restored_pending)
             self._restored_pending = None
         self.attach_sync_points(trainer)
-        # Lightning's per-batch SIGTERM broadcast would make a fast rank wait for the slowest at every
-        # batch, which the delay is there to avoid: read it once the delay has passed.
-        defer_sigterm_broadcast(trainer, lag=(self.delay + 1) * max(trainer.accumulate_grad_batches, 1))
+
+    def stop_agreement(self, trainer: pl.Trainer) -> Agreement:
+        """A stop agreed once the delay has passed: agreeing on it in the batch would make a fast rank
+        wait for the slowest at every batch, which the delay is there to avoid."""
+        if trainer.state.fn != TrainerFn.FITTING:
+            return EveryBatch()
+        return Deferred(lag=(self.delay + 1) * max(trainer.accumulate_grad_batches, 1))
 
     # ------------------------------------------------------------------ the step
     def optimizer_step(self, optimizer: Any, closure: Callable[[], Any], model: Any = None, **kwargs: Any) -> Any:
@@ -210,7 +214,4 @@ class AllReduceASGDStrategy(common.UnwrappedDDPStrategy):
         if self.exchange is not None:
             self.exchange.close()
             self.exchange = None
-        module = self.lightning_module
-        if module is not None and module._trainer is not None:
-            restore_sigterm_broadcast(module.trainer)
         super().teardown()

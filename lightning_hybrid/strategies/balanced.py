@@ -37,7 +37,7 @@ from lightning_hybrid.balance import (
 )
 from lightning_hybrid.comm.collectives import all_gather
 from lightning_hybrid.strategies import common
-from lightning_hybrid.strategies.sigterm import defer_sigterm_broadcast, restore_sigterm_broadcast
+from lightning_hybrid.strategies.meeting import Agreement, Deferred, EveryBatch
 
 __all__ = ["BalanceEpochs", "BalancedDataParallelStrategy"]
 
@@ -212,9 +212,11 @@ class BalancedDataParallelStrategy(common.CheckedDDPStrategy):
         self._warming_up, self._window_samples, self._timing = True, 0, None
         self._interval.take()
         self.attach_callback(trainer, BalanceEpochs(self))
-        # Lightning's per-batch SIGTERM broadcast would be a second sync point in each step (a fast
-        # rank waiting there, before its compute, for a rank slow after its step): read it a batch late.
-        defer_sigterm_broadcast(trainer)
+
+    def stop_agreement(self, trainer: pl.Trainer) -> Agreement:
+        """A stop agreed a batch late: agreeing on it in the batch would be a second sync point in each
+        step (a fast rank waiting there, before its compute, for a rank slow after its step)."""
+        return Deferred(lag=1) if trainer.state.fn == TrainerFn.FITTING else EveryBatch()
 
     def _register_ddp_hooks(self) -> None:
         """Lightning registers DDP communication hooks on CUDA only; this one goes on every device and backend."""
@@ -389,12 +391,6 @@ class BalancedDataParallelStrategy(common.CheckedDDPStrategy):
                 pl_module.log(f"balanced/rank{r}/{key}", float(value), on_step=False, on_epoch=True)
                 entry.setdefault(key, []).append(value)
         self.history.append(entry)
-
-    def teardown(self) -> None:
-        module = self.lightning_module
-        if module is not None and module._trainer is not None:
-            restore_sigterm_broadcast(module.trainer)
-        super().teardown()
 
     # ------------------------------------------------------------------ checkpoints
     def balance_state(self) -> dict[str, Any]:

@@ -17,10 +17,11 @@ from pytorch_lightning.strategies.launchers import _SubprocessScriptLauncher
 from pytorch_lightning.trainer.states import TrainerFn
 from pytorch_lightning.utilities.rank_zero import rank_zero_info
 
-from lightning_hybrid.comm.collectives import workers_backend
+from lightning_hybrid.comm.collectives import ddp_group, workers_backend
 from lightning_hybrid.pipeline.protocol import pipeline_blocks
 from lightning_hybrid.strategies.checkpoint_io import AtomicCheckpointIO
 from lightning_hybrid.strategies.forked_ranks import fork_ranks
+from lightning_hybrid.strategies.meeting import Agreement, EveryBatch, meeting
 from lightning_hybrid.strategies.process_watch import CHILD_GRACE_S, LAUNCHER_PID_ENV, ProcessWatch, die_with_parent
 
 
@@ -296,6 +297,27 @@ class CheckedDDPStrategy(DDPStrategy):
         _init_dist_connection(self.cluster_environment, self._process_group_backend, timeout=self._timeout,
                               device_id=self.root_device if bind else None)
 
+    def setup(self, trainer: pl.Trainer) -> None:
+        super().setup(trainer)
+        meeting(trainer).attach().agree_by(self.stop_agreement(trainer))
+
+    def stop_agreement(self, trainer: pl.Trainer) -> Agreement:
+        """How this strategy's ranks agree before each training batch whether to stop
+        (:mod:`lightning_hybrid.strategies.meeting`; called at every setup): a MAX all-reduce of the
+        ranks' requests, for ranks that meet in every step anyway."""
+        return EveryBatch()
+
+    def _setup_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        """Lightning's DDP wrapper, over :func:`~lightning_hybrid.comm.collectives.ddp_group` (a group
+        without torch's collective checker where ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` would crash DDP)."""
+        group, kwargs = ddp_group(), self._ddp_kwargs
+        if group is not None:
+            self._ddp_kwargs = {"process_group": group, **kwargs}
+        try:
+            return super()._setup_model(model)
+        finally:
+            self._ddp_kwargs = kwargs
+
     def check_devices(self) -> None:
         """Refuse a backend that cannot serve the processes' devices (called before processes start)."""
         workers_backend(self.parallel_devices or [], self._process_group_backend)
@@ -358,7 +380,8 @@ class CheckedDDPStrategy(DDPStrategy):
 
     def teardown(self) -> None:
         module = self.lightning_module
-        if self._own_callback is not None and module is not None and module._trainer is not None:
+        if module is not None and module._trainer is not None:
+            meeting(module.trainer).detach()
             if self._own_callback in module.trainer.callbacks:
                 module.trainer.callbacks.remove(self._own_callback)
         self._own_callback = None

@@ -39,7 +39,7 @@ from lightning_hybrid.parameter_server.server import start_server
 from lightning_hybrid.parameter_server.sharding import ShardedClient, auto_servers, plan_shards
 from lightning_hybrid.strategies import common
 from lightning_hybrid.strategies.forked_ranks import ForkedProcess, Standby
-from lightning_hybrid.strategies.sigterm import check_sigterm_locally, restore_sigterm_broadcast
+from lightning_hybrid.strategies.meeting import Agreement, EveryBatch, OwnRequest
 from lightning_hybrid.strategies.step_count import restored_global_step
 
 log = logging.getLogger(__name__)
@@ -199,6 +199,12 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
         self._reset_epoch_stats()
 
     @property
+    def longest_wait_s(self) -> float:
+        """The longest a worker may wait for the server (its peers' pushes, the epoch's sync) with
+        nothing wrong: ``timeout``, after which it fails by itself. The watchdog waits at least this long."""
+        return self.timeout
+
+    @property
     def worker_loss_is_fatal(self) -> bool:
         return self.on_worker_failure != "continue"
 
@@ -265,9 +271,11 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
         self._members = list(range(self.num_workers))
         self._open_server_channel()
         self.attach_sync_points(trainer)
-        # Lightning broadcasts a SIGTERM flag from rank 0 after every training batch: a collective that
-        # would lock the workers into step with each other. Each checks its own flag instead.
-        check_sigterm_locally(trainer)
+
+    def stop_agreement(self, trainer: pl.Trainer) -> Agreement:
+        """Each worker stops on its own request (passed on to every worker): agreeing before each batch
+        would be a collective that locks the workers into step with each other."""
+        return OwnRequest() if trainer.state.fn == TrainerFn.FITTING else EveryBatch()
 
     def _resolved_server_device(self) -> str:
         """``server_device`` with ``"auto"`` decided (rank 0's model's device), checked to exist here."""
@@ -535,7 +543,6 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
         module = self.lightning_module
         if self._own_callback is not None and module is not None and module._trainer is not None:
             module.trainer.fit_loop.epoch_loop.max_steps = self.max_steps
-            restore_sigterm_broadcast(module.trainer)
         if any(process.poll() is None for process in self._servers):
             self._stop_server(lambda: [process.terminate() for process in self._servers if process.poll() is None])
         self.client = None

@@ -32,6 +32,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import NoReturn
 
 log = logging.getLogger(__name__)
@@ -149,19 +150,28 @@ class ProcessWatch:
 
     def end_run(self, dead: Watched) -> NoReturn:
         """Stop every other watched process, write the final message, end this process (code 1)."""
+        def message(stopped: list[Watched]) -> str:
+            text = f"lightning-hybrid: {dead.describe()} {describe_exit(dead.process.returncode)}; the run is stopped"
+            return text + (f" (also stopped: {', '.join(w.describe() for w in stopped)})" if stopped else "") + "."
+
+        self._stop_all_and_exit(message, spare=dead)
+
+    def stop_all(self, message: str) -> NoReturn:
+        """End the run for a reason of the main process's own (the watchdog's): stop every watched
+        process, write ``message`` as the run's last output, end this process (code 1)."""
+        self._stop_all_and_exit(lambda stopped: message)
+
+    def _stop_all_and_exit(self, message: Callable[[list[Watched]], str], spare: Watched | None = None) -> NoReturn:
         with self._lock:
             if self._ending:  # another thread is already ending the run
                 while True:
                     time.sleep(1)
             self._ending = True
-            others = [w for w in self._watched if w is not dead]
+            others = [w for w in self._watched if w is not spare]
         stopped = [w for w in others if _kill(w.process)]
         # From here on, nothing the main thread prints can come after the message.
         sys.stdout = sys.stderr = open(os.devnull, "w")  # noqa: SIM115
-        message = f"lightning-hybrid: {dead.describe()} {describe_exit(dead.process.returncode)}; the run is stopped"
-        if stopped:
-            message += f" (also stopped: {', '.join(w.describe() for w in stopped)})"
-        os.write(self.stream_fd, ("\n" + message + ".\n").encode())
+        os.write(self.stream_fd, ("\n" + message(stopped) + "\n").encode())
         os._exit(1)
 
     def after_own_error(self, grace_s: float = 0.5) -> None:
