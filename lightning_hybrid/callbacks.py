@@ -111,13 +111,16 @@ class PeakMemoryMonitor(pl.Callback):
             self._peak.start()
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        peak = self._peak.peak() if self._peak is not None else None
-        if peak is None or getattr(trainer.strategy, "logs_peak_memory", False):
+        if getattr(trainer.strategy, "logs_peak_memory", False):
             return
-        # on the rank's device: NCCL gathers CUDA tensors only
-        peaks = trainer.strategy.all_gather(torch.tensor([peak / 2**20], dtype=torch.float64, device=trainer.strategy.root_device))
+        peak = self._peak.peak() if self._peak is not None else None
+        # Every rank gathers, one without a measurement too (a NaN, not logged): a rank that returned
+        # early would leave the others waiting in the gather. On the rank's device: NCCL gathers CUDA tensors only.
+        mine = float("nan") if peak is None else peak / 2**20
+        peaks = trainer.strategy.all_gather(torch.tensor([mine], dtype=torch.float64, device=trainer.strategy.root_device))
         for rank, value in enumerate(peaks.reshape(-1).tolist()):
-            pl_module.log(f"memory/rank{rank}_peak_MiB", value, sync_dist=True)  # the same on every rank
+            if value == value:  # not NaN
+                pl_module.log(f"memory/rank{rank}_peak_MiB", value, sync_dist=True)  # the same on every rank
 
 
 class HeterogeneitySimulator(pl.Callback):

@@ -4,9 +4,10 @@
 
 :class:`Watchdog` beats its rank's :class:`~lightning_hybrid.comm.stall_watch.StallWatch` at every
 batch and every hook of the training, validation, test and prediction loops. When a rank gets no
-beat for ``timeout_s`` seconds (never less than the longest wait the strategy may legitimately
-make, ``strategy.longest_wait_s``: a parameter-server worker may wait for its server up to the
-strategy's ``timeout``; nor less than ``slack`` times the longest gap between beats seen), every rank
+beat for ``timeout_s`` seconds (never less than ``slack`` times the longest gap between beats seen;
+a parameter-server worker's waits for its server do not count, they have a timeout of their own, and
+the limit stays below that timeout, ``strategy.peer_timeout_s``, after which the server would fail
+and name a worker instead of the stall), every rank
 writes its Python stack to the log and rank 0 ends the run with one message: where each rank waits,
 and whether the ranks are out of step (a collective some ranks issued and the others did not) or all
 wait for something outside them. The process that started the ranks stops them all; exit status 1.
@@ -25,6 +26,9 @@ from lightning_hybrid.comm.board import Board
 from lightning_hybrid.comm.stall_watch import StallWatch
 
 _SESSIONS = itertools.count()
+#: The limit is at most this share of a peer's own timeout (the parameter server's), so that a stall
+#: is reported as what it is before the peer gives up on the stalled rank.
+PEER_SHARE = 0.8
 
 
 def end_the_run(trainer: pl.Trainer, message: str) -> None:
@@ -45,8 +49,8 @@ class Watchdog(pl.Callback):
     """End a run whose ranks stopped making progress (see the module docstring).
 
     Args:
-        timeout_s: seconds without progress on a rank that end the run (default 300; raised to the
-            strategy's longest legitimate wait where that is longer).
+        timeout_s: seconds without progress on a rank that end the run (default 300; lowered to 80 % of
+            the strategy's ``peer_timeout_s`` where that is shorter).
         slack: the limit is never below ``slack`` times the longest gap between two beats seen so far.
         setting: how the user sets ``timeout_s``, named in the final message.
     """
@@ -62,7 +66,7 @@ class Watchdog(pl.Callback):
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         distributed = trainer.world_size > 1 and dist.is_available() and dist.is_initialized()
         board = Board(f"lightning_hybrid/watchdog/{next(_SESSIONS)}/") if distributed else None
-        limit = max(self.timeout_s, float(getattr(trainer.strategy, "longest_wait_s", 0.0)))
+        limit = min(self.timeout_s, PEER_SHARE * float(getattr(trainer.strategy, "peer_timeout_s", float("inf"))))
         self.watch = StallWatch(trainer.global_rank, trainer.world_size, limit, board,
                                 end_run=lambda message: end_the_run(trainer, message), slack=self.slack,
                                 setting=self.setting)

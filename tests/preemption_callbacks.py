@@ -53,7 +53,7 @@ class Pids(pl.Callback):
     def __init__(self, folder: str) -> None:
         self.folder = Path(folder)
 
-    def on_train_start(self, trainer, pl_module):
+    def on_fit_start(self, trainer, pl_module):
         self.folder.mkdir(parents=True, exist_ok=True)
         (self.folder / f"pid_rank{trainer.global_rank}_{os.getpid()}").write_text(str(os.getpid()))
         for server in getattr(trainer.strategy, "_servers", []):
@@ -84,3 +84,58 @@ class ExtraCollectiveOnRankZero(pl.Callback):
     def on_train_epoch_end(self, trainer, pl_module):
         if trainer.current_epoch == self.epoch and trainer.is_global_zero:
             torch.distributed.all_reduce(torch.ones(1))
+
+
+#: The fault matrix's cases, in the order a chain of reruns of one command meets them.
+CASES = ("setup", "sanity", "validation", "checkpoint", "rank1", "twice", "test")
+
+
+class FaultAt(pl.Callback):
+    """A stop signal at the first of ``cases`` not yet done in ``folder`` (the firing rank writes a marker
+    file, ``<folder>/<case>``, holding the time), so that each rerun of the same command meets the next:
+
+    * ``setup``: rank 0, SIGTERM in the callbacks' setup (before the model is set up);
+    * ``sanity``: rank 0, SIGTERM before the sanity check's first batch;
+    * ``validation``: rank 0, SIGTERM before epoch 0's first validation batch;
+    * ``checkpoint``: rank 0, SIGTERM while epoch 1's first checkpoint is being written;
+    * ``rank1``: rank 1 alone, SIGTERM after epoch 2's batch 1;
+    * ``twice``: rank 0, the requeue signal (SIGUSR2) twice in a row, after epoch 3's batch 1;
+    * ``test``: rank 0, SIGTERM before the first test batch.
+    """
+
+    def __init__(self, folder: str, cases: str = ",".join(CASES)) -> None:
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.case = next((c for c in cases.split(",") if not (self.folder / c).exists()), None)
+
+    def _fire(self, trainer, case: str, rank: int = 0, signame: str = "SIGTERM", times: int = 1) -> None:
+        if self.case != case or trainer.global_rank != rank:
+            return
+        self.case = None
+        (self.folder / case).write_text(repr(time.time()))
+        for _ in range(times):
+            os.kill(os.getpid(), signal.Signals[signame])
+
+    def setup(self, trainer, pl_module, stage):
+        if stage == "fit":
+            self._fire(trainer, "setup")
+
+    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
+        if batch_idx == 0 and trainer.sanity_checking:
+            self._fire(trainer, "sanity")
+        elif batch_idx == 0 and trainer.current_epoch == 0 and trainer.state.fn == "fit":
+            self._fire(trainer, "validation")
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint):
+        if trainer.current_epoch == 1:
+            self._fire(trainer, "checkpoint")
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if batch_idx == 1 and trainer.current_epoch == 2:
+            self._fire(trainer, "rank1", rank=1)
+        elif batch_idx == 1 and trainer.current_epoch == 3:
+            self._fire(trainer, "twice", signame="SIGUSR2", times=2)
+
+    def on_test_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
+        if batch_idx == 0:
+            self._fire(trainer, "test")

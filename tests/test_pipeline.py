@@ -67,8 +67,9 @@ def _two_stages(rank: int, init_file: str, out: str, schedule: str) -> None:
     net = _net()
     blocks = list(net.named_children())
     mesh = Mesh(stages=2, replicas=1, order=(1, 0))  # rank 1 runs the first stage
-    pipeline_group, _ = mesh.groups(rank)
-    pipeline = PipelineParallel(blocks, [(0, 3), (3, len(blocks))], mesh, rank, pipeline_group, torch.device("cpu"))
+    groups = mesh.groups(rank)
+    pipeline = PipelineParallel(blocks, [(0, 3), (3, len(blocks))], mesh, rank, groups.pipeline, torch.device("cpu"),
+                                message_group=groups.messages)
     x, y = _data()
     loss, output = pipeline.train_step(x, y, F.cross_entropy, schedule=schedule, micro_batches=3)
     grads = {n: p.grad.clone() for n, p in net.named_parameters() if p.grad is not None}

@@ -143,34 +143,6 @@ def last_line(proc: subprocess.CompletedProcess) -> str:
     return lines[-1] if lines else ""
 
 
-@pytest.mark.multiprocess
-@pytest.mark.parametrize("strategy", list(STRATEGIES))
-def test_sigterm_stops_every_process_and_the_same_command_resumes_to_the_uninterrupted_result(tmp_path, strategy):
-    settings = (*STRATEGIES[strategy], "trainer.devices=2")
-    interrupted = (*settings, f"hydra.run.dir={tmp_path / 'run'}", *callbacks(tmp_path, "resumed", epoch=2, batch=1))
-    stopped = run(*interrupted, cwd=tmp_path)
-    ended = time.time()
-    output = stopped.stdout + stopped.stderr
-    assert stopped.returncode == 143, f"exit status {stopped.returncode}:\n{output[-4000:]}"
-    line = last_line(stopped)
-    assert "stopped by SIGTERM in epoch 2" in line and str(tmp_path / "run" / "checkpoints") in line, line
-    assert "Traceback" not in output, output[-4000:]
-    assert ended - float((tmp_path / "signalled").read_text()) < 10, "every process ends within 10 s of the signal"
-    pids = [int(p.read_text()) for p in (tmp_path / "pids").iterdir()]
-    assert len(pids) >= 2 and not [pid for pid in pids if alive(pid)], "no rank or server outlives the stop"
-    record = run_folder.read_record(tmp_path / "run")
-    assert record["status"] == "interrupted" and record["stopped_by"] == "SIGTERM"
-
-    resumed = run(*interrupted, cwd=tmp_path)  # the same command again
-    assert resumed.returncode == 0, (resumed.stdout + resumed.stderr)[-4000:]
-    assert "resuming from" in resumed.stdout + resumed.stderr
-    reference = run(*settings, f"hydra.run.dir={tmp_path / 'reference'}", *callbacks(tmp_path, "reference"), cwd=tmp_path)
-    assert reference.returncode == 0, (reference.stdout + reference.stderr)[-4000:]
-    got, expected = torch.load(tmp_path / "resumed.pt"), torch.load(tmp_path / "reference.pt")
-    for name in expected:
-        torch.testing.assert_close(got[name], expected[name], rtol=0, atol=1e-5, msg=name)
-
-
 def slurm_tasks(tmp_path: Path, overrides: tuple[str, ...], port: int, scontrol_dir: Path) -> list[subprocess.CompletedProcess]:
     """The command as the 2 tasks of SLURM job 4242 (``srun`` variables, one rank each)."""
     env = {k: v for k, v in clean_env(HYDRA_FULL_ERROR="0", PYTHONWARNINGS="ignore", PYTHONPATH=str(TESTS)).items()
@@ -264,33 +236,51 @@ def test_ctrl_c_then_the_same_command_resumes_in_the_interrupted_folder_and_othe
     assert refused.returncode != 0 and "optimizer.lr: 0.05 -> 0.2" in refused.stdout + refused.stderr
 
 
-def test_with_gradient_accumulation_the_ranks_stop_at_an_optimizer_step(tmp_path):
-    """Rank 0's request stops the fit at the first batch boundary that is also an optimizer step's,
-    with one broadcast until the request arrives and none after (a one-rank gloo group here)."""
+def meeting_of_a_stand_in_trainer(accumulate: int):
+    """A BatchMeeting over a stand-in for a Trainer of 2 ranks (what the meeting reads of one), and its
+    batch counter."""
     from types import SimpleNamespace
 
+    import pytorch_lightning as pl
+
+    from lightning_hybrid.strategies.meeting import BatchMeeting
+
+    class StandIn(pl.Trainer):
+        world_size = 2
+        strategy = SimpleNamespace(launcher=None)
+
+        def __init__(self) -> None:  # none of Lightning's set-up
+            self.accumulate_grad_batches = accumulate
+            self._signal_connector = SimpleNamespace(received_sigterm=False)
+            self.fit_loop = SimpleNamespace(epoch_loop=SimpleNamespace(batch_progress=SimpleNamespace(current=progress)))
+
+    progress = SimpleNamespace(completed=0)
+    trainer = StandIn()
+    return BatchMeeting(trainer), trainer, progress
+
+
+def test_with_gradient_accumulation_the_ranks_stop_at_an_optimizer_step(tmp_path):
+    """A request agreed in a batch stops the fit at the first batch boundary that is also an optimizer
+    step's, with one agreement (an all-reduce) per batch until the request arrives and none after (a
+    one-rank gloo group here); the agreed signal is the one asked for."""
     import torch.distributed as dist
     from pytorch_lightning.utilities.exceptions import SIGTERMException
 
-    from lightning_hybrid.strategies.sigterm import SigtermBroadcast
-
-    progress = SimpleNamespace(completed=0)
-    trainer = SimpleNamespace(accumulate_grad_batches=4, _signal_connector=SimpleNamespace(received_sigterm=False),
-                              fit_loop=SimpleNamespace(epoch_loop=SimpleNamespace(batch_progress=SimpleNamespace(current=progress))))
+    meeting, trainer, progress = meeting_of_a_stand_in_trainer(accumulate=4)
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
     try:
-        check = SigtermBroadcast(trainer)
         stopped_at = None
         for batch in range(12):
             progress.completed = batch  # batches done in the epoch when batch `batch` is about to start
             if batch == 5:
-                check.requested = True  # the signal, during batch 4
+                meeting.request_stop(signal.SIGUSR2)  # the signal, during batch 4
             try:
-                check()
+                meeting()
             except SIGTERMException:
                 stopped_at = batch
                 break
         assert stopped_at == 8 and trainer._signal_connector.received_sigterm, stopped_at
+        assert meeting.agreed_signal == "SIGUSR2"
     finally:
         dist.destroy_process_group()
 

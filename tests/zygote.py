@@ -34,6 +34,8 @@ def _run_child(request: dict) -> None:
         out = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(out, fd)
         os.close(out)
+    if "torch.distributed" in sys.modules:  # read when torch was imported: this run's setting instead
+        sys.modules["torch.distributed"].set_debug_level_from_env()
     if "ignore" in request["env"].get("PYTHONWARNINGS", "").split(","):
         warnings.simplefilter("ignore")
     argv = request["argv"]

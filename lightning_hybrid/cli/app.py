@@ -323,7 +323,9 @@ def end_stopped_run(cfg: DictConfig, trainer: pl.Trainer, stop: Stop, fitting: b
                        checkpoint=None if stop.checkpoint is None else str(stop.checkpoint))
             log.warning(stop.summary())
         else:
-            log.warning("stopped by %s while %s; the fit had finished", stop.signal, trainer.state.fn)
+            done = "the fit had finished and its checkpoints are complete; " if fitting else ""
+            log.warning("stopped by %s while %sing: %srun the same command again to %s", stop.signal,
+                        trainer.state.fn.value.rstrip("e"), done, trainer.state.fn.value)
     sys.stdout.flush()
     raise SystemExit(stop.exit_code)
 

@@ -78,6 +78,8 @@ def _decide(cfg: DictConfig) -> dict[str, Any]:
     elif checkpoint is not None:
         log.info("resuming from %s (the newest checkpoint of this configuration in the run folder; ckpt_path=null "
                  "starts afresh)", checkpoint)
+    if checkpoint is None and (run_folder.read_record(folder) or {}).get("status") == "interrupted":
+        log.info("starting over: the interrupted run in %s stopped before it saved a checkpoint", folder)
     return {"output_dir": str(folder), "checkpoint": None if checkpoint is None else str(checkpoint)}
 
 

@@ -37,6 +37,21 @@ def group_device(group: dist.ProcessGroup | None = None) -> torch.device:
     return torch.device("cpu")
 
 
+def unchecked_group(backend: str = "gloo") -> dist.ProcessGroup:
+    """A new group of every rank (a collective call) that torch's collective check does not wrap where
+    ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` is set (elsewhere: a plain new group). The check runs before
+    each collective of a group and waits for every rank to reach it, so a collective meant to run in
+    the background, overlapping the ranks' compute (a deferred agreement), would become a
+    synchronization point under it; and DDP's constructor crashes on it (:func:`ddp_group`)."""
+    if dist.get_debug_level() != dist.DebugLevel.DETAIL:
+        return dist.new_group(backend=backend)
+    dist.set_debug_level(dist.DebugLevel.OFF)  # read when a group is made: this one gets no checker
+    try:
+        return dist.new_group(backend=backend)
+    finally:
+        dist.set_debug_level(dist.DebugLevel.DETAIL)
+
+
 _ddp_groups: list[tuple[dist.ProcessGroup, dist.ProcessGroup]] = []  # (default group, DDP's group)
 
 
@@ -44,20 +59,16 @@ def ddp_group() -> dist.ProcessGroup | None:
     """The group ``DistributedDataParallel`` reduces over: the default group (``None``), except where
     ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` wraps the default gloo group in torch's collective checker.
     DDP's constructor then crashes the process (torch 2.13: ``c10d::Logger::set_env_variables`` reads
-    the checker as a gloo group; a segmentation fault), so DDP gets a gloo group of every rank made
-    without the checker: DDP's own all-reduces go unchecked, every other collective stays checked.
-    A collective call (every rank calls it, once per default group, at the same point)."""
+    the checker as a gloo group; a segmentation fault), so DDP gets an :func:`unchecked_group`: DDP's
+    own all-reduces go unchecked, every other collective stays checked. A collective call (every rank
+    calls it, once per default group, at the same point)."""
     if dist.get_debug_level() != dist.DebugLevel.DETAIL or dist.get_backend() != "gloo":
         return None
     world = dist.group.WORLD
     for default, group in _ddp_groups:
         if default is world:
             return group
-    dist.set_debug_level(dist.DebugLevel.OFF)  # read when a group is made: this one gets no checker
-    try:
-        group = dist.new_group(backend="gloo")
-    finally:
-        dist.set_debug_level(dist.DebugLevel.DETAIL)
+    group = unchecked_group()
     _ddp_groups[:] = [(world, group)]  # an earlier default group is gone
     return group
 

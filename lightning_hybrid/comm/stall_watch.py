@@ -5,7 +5,8 @@ the others did not) or when a process stops answering: the ranks then wait until
 an hour, saying nothing. :class:`StallWatch` is a thread in each rank. The rank's main thread
 :meth:`~StallWatch.beat`\\ s whenever it gets on (each batch, each hook); when no beat came for
 longer than the limit (``limit_s``, or ``slack`` times the longest gap between beats seen so far,
-whichever is larger: a run's legitimate waits set how patient it is), the watch
+whichever is larger: a run's legitimate waits set how patient it is; a wait with a timeout and an
+error of its own, :func:`excused_wait`, does not count), the watch
 
 1. writes the rank's Python stack (every thread, :mod:`faulthandler`) to the log,
 2. posts where the rank's main thread waits, and that it stalled, on the run's
@@ -23,13 +24,14 @@ Plain Python and ``torch.distributed``'s store: the Lightning callback that beat
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import os
 import sys
 import sysconfig
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import TextIO
 
@@ -43,6 +45,19 @@ GRACE_S = 30.0
 _LIBRARIES = ("torch", "pytorch_lightning", "lightning", "lightning_fabric", "lightning_utilities", "torchmetrics",
               "hydra", "omegaconf")
 _STDLIB = sysconfig.get_paths()["stdlib"]
+_EXCUSED = [0]  # how many excused waits the process is in (its main thread's)
+
+
+@contextlib.contextmanager
+def excused_wait() -> Iterator[None]:
+    """A wait no watch counts as a stall: one that has a timeout and an error of its own (a
+    parameter-server worker waiting for its server's reply: the server answers when the worker's peers
+    have pushed, and fails by itself when one stops talking to it)."""
+    _EXCUSED[0] += 1
+    try:
+        yield
+    finally:
+        _EXCUSED[0] -= 1
 
 
 def _in_library(filename: str) -> bool:
@@ -153,6 +168,9 @@ class StallWatch:
 
     def _run(self) -> None:
         while not self._stop.wait(self.poll_s):
+            if _EXCUSED[0] and self._last is not None:
+                self._last = time.monotonic()  # the gap starts again when the excused wait ends
+                continue
             last = self._last
             waited = 0.0 if last is None else time.monotonic() - last
             if last is not None and waited > self.limit:

@@ -3,24 +3,37 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from lightning_hybrid.comm.stall_watch import excused_wait
 from lightning_hybrid.parameter_server import channel
 from lightning_hybrid.parameter_server.channel import ChannelClosedError
 from lightning_hybrid.parameter_server.load import ServerLoad
 from lightning_hybrid.parameter_server.protocol import (
-    ATTACHED, NOT_ON_THIS_HOST, Attach, Attached, Bye, Chunk, DatasetShape, Finish, GetState, Init, Initialized, Message,
-    NextChunk, Parameters, Push, Refused, Shutdown, State,
+    ATTACHED, NOT_ON_THIS_HOST, STOPPED_BY_SIGNAL, Attach, Attached, Bye, Chunk, DatasetShape, Finish, GetState, Init,
+    Initialized, Leave, Message, NextChunk, Parameters, Push, Refused, Shutdown, State, Stopping, StopRun,
 )
 from lightning_hybrid.parameter_server.shared_memory import SHM_DIR, SharedSegment
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ChannelClosedError", "DatasetShape", "ParameterServerClient", "PullInfo"]
+__all__ = ["ChannelClosedError", "DatasetShape", "ParameterServerClient", "PullInfo", "RunStopped"]
+
+
+class RunStopped(Exception):
+    """The server says a worker stopped the run on signal ``signum`` (see :meth:`ParameterServerClient.stop_run`)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"a worker stopped the run (signal {signum})")
+        self.signum = signum
+
+
+def _raise_run_stopped(signum: int) -> None:
+    raise RunStopped(signum)
 
 
 @dataclass
@@ -50,6 +63,9 @@ class ParameterServerClient:
         self.worker = worker
         self.server_name = server_name  # in errors: "parameter server", or "parameter server shard 1"
         self._payload: channel.Payload | None = None  # the last reply's
+        #: Called with the signal when a reply says a worker stopped the run; it must not return
+        #: (default: raise :class:`RunStopped`; a strategy raises what its trainer stops on).
+        self.on_run_stopped: Callable[[int], None] = _raise_run_stopped
 
     def _request(self, request: Message, expected: type[Message], payloads: Sequence[torch.Tensor] = (),
                  bulk: channel.Bulk | None = None) -> Any:
@@ -71,12 +87,15 @@ class ParameterServerClient:
     def _answer(self, request: Message, expected: type[Message]) -> Any:
         """The reply to ``request`` (sent), checked to be an ``expected``."""
         try:
-            reply, self._payload = self.mailbox.receive(0, reply=True)
+            with excused_wait():  # the server answers when the peers have pushed, or fails by itself
+                reply, self._payload = self.mailbox.receive(0, reply=True)
         except RuntimeError as err:
             raise self._lost(request, err) from err
         if isinstance(reply, Refused):
             text = self._payload.text(reply.nbytes)
             raise RuntimeError(f"{self.server_name} refused {type(request).__name__.upper()} from worker {self.worker}: {text}")
+        if getattr(reply, "stop", 0) >= STOPPED_BY_SIGNAL:
+            self.on_run_stopped(reply.stop - STOPPED_BY_SIGNAL)
         if not isinstance(reply, expected):
             raise RuntimeError(f"the {self.server_name} answered {type(request).__name__} with {type(reply).__name__}")
         return reply
@@ -201,3 +220,12 @@ class ParameterServerClient:
     def shutdown(self) -> ServerLoad:
         """End the server; what it did over the fit and how busy it was."""
         return self._request(Shutdown(), Bye).load
+
+    def stop_run(self, signum: int) -> None:
+        """This worker was asked to stop: every worker's next exchange with the server says so (each
+        then calls :attr:`on_run_stopped`), the ones waiting for their peers' included."""
+        self._request(StopRun(signum), Stopping)
+
+    def leave(self) -> None:
+        """This worker stopped and leaves (the server exits once every worker has)."""
+        self._request(Leave(), Stopping)

@@ -23,7 +23,14 @@ request            payloads after the header                   reply
                                                                at the epoch's global synchronization
 :class:`GetState`                                              :class:`State` (+ pickled state)
 :class:`Shutdown`                                              :class:`Bye` (the server's load)
+:class:`StopRun`                                               :class:`Stopping`
+:class:`Leave`                                                 :class:`Stopping`
 =================  ==========================================  ==================================
+
+Once a worker has sent ``StopRun`` (it was asked to stop by a signal), the server answers every
+request at once, the ones it holds included, with ``stop`` = :data:`STOPPED_BY_SIGNAL` + the signal
+(``Parameters``, ``Chunk``), so that every worker stops at its next exchange with it; each worker then
+sends ``Leave``, and the server exits once all have.
 
 Any request may instead be answered by :class:`Refused` (+ the message, uint8).
 
@@ -51,6 +58,8 @@ from lightning_hybrid.parameter_server.sync_controller import validate_staleness
 #: int64 slots of a header: the op code, up to :data:`MAX_FIELDS` fields, then the payload's bytes and
 #: whether the payload came in the same message (1) or follows in a message of its own (0).
 HEADER_LEN = 13
+#: ``Parameters.stop`` / ``Chunk.stop`` of a run stopped by a signal: this plus the signal's number.
+STOPPED_BY_SIGNAL = 100
 MAX_FIELDS = HEADER_LEN - 3
 TAG_REQUEST, TAG_REQUEST_PAYLOAD, TAG_REPLY, TAG_REPLY_PAYLOAD = 11, 12, 13, 14
 
@@ -152,6 +161,21 @@ class Shutdown(Message):
 
 
 @dataclass(frozen=True)
+class StopRun(Message):
+    """This worker was asked to stop (by signal ``signum``): every worker stops (see the module docstring)."""
+
+    op: ClassVar[int] = 15
+    signum: int
+
+
+@dataclass(frozen=True)
+class Leave(Message):
+    """This worker stopped on a signal and leaves; the server exits once every worker has."""
+
+    op: ClassVar[int] = 16
+
+
+@dataclass(frozen=True)
 class Attach(Message):
     """From here on, this worker's bulk travels through the shared-memory segment whose name follows:
     two regions of ``region_bytes`` each (:mod:`~lightning_hybrid.parameter_server.shared_memory`)."""
@@ -184,6 +208,7 @@ class Chunk(Message):
     op: ClassVar[int] = 9
     length: int
     segment: int = 0
+    stop: int = 0  # STOPPED_BY_SIGNAL + the signal, when a worker stopped the run
 
 
 @dataclass(frozen=True)
@@ -200,7 +225,8 @@ class Parameters(Message):
     max_gap: int  # the largest gap recorded so far
     global_syncs: int  # delay-mode synchronizations (or BSP rounds) so far
     chunk: int = 0
-    stop: int = 0  # the server has taken its max_steps steps, train no further: 1 at an epoch's end, 2 inside one
+    stop: int = 0  # the server has taken its max_steps steps, train no further: 1 at an epoch's end, 2 inside one;
+    # STOPPED_BY_SIGNAL + a signal: a worker stopped the run
     live: int = 0  # the workers not lost, a bit each (worker w: 1 << w)
     adopt: int = 0  # batch mode: not released yet; push the gradient sum over these lost workers' shares first
     chunk_segment: int = 0  # the epoch's segment the batch that follows belongs to
@@ -210,6 +236,14 @@ class Parameters(Message):
 class State(Message):
     op: ClassVar[int] = 11
     nbytes: int
+
+
+@dataclass(frozen=True)
+class Stopping(Message):
+    """The answer to ``StopRun`` and ``Leave``: the signal the run stops on."""
+
+    op: ClassVar[int] = 17
+    signum: int
 
 
 @dataclass(frozen=True)
@@ -250,7 +284,7 @@ class Attached(Message):
 
 MESSAGES: dict[int, type[Message]] = {
     cls.op: cls for cls in (Init, NextChunk, Push, Finish, GetState, Shutdown, Refused, Initialized, Chunk, Parameters,
-                            State, Bye, Attach, Attached)
+                            State, Bye, Attach, Attached, StopRun, Leave, Stopping)
 }
 
 

@@ -28,6 +28,11 @@ and serves the requests of :mod:`~lightning_hybrid.parameter_server.protocol` on
 * ``GetState``: the optimizer's state dict, for checkpoints.
 * ``Shutdown``: exit, answering with what the server did and how busy it was
   (:class:`~lightning_hybrid.parameter_server.load.ServerLoad`).
+* ``StopRun`` (a worker was asked to stop by a signal): from then on every request, and every one the
+  server holds, is answered at once, saying so (``stop``), so that every worker stops at its next
+  exchange with it, wherever it is (waiting for its peers included); nothing more is applied. Each
+  worker then sends ``Leave`` (a worker whose connection breaks counts as gone), and the server
+  exits once every worker has.
 
 A failing request is answered with ``Refused`` (the error's text), then the server exits with the
 error. It also exits when the process that started it dies.
@@ -64,8 +69,9 @@ from lightning_hybrid.parameter_server.channel import Payload, WorkerLostError
 from lightning_hybrid.parameter_server.dispenser import ChunkDispenser
 from lightning_hybrid.parameter_server.load import LoadMeter
 from lightning_hybrid.parameter_server.protocol import (
-    ATTACH_FAILED, ATTACHED, NOT_ON_THIS_HOST, Attach, Attached, Bye, Chunk, Finish, GetState, Init, Initialized, Message,
-    NextChunk, Parameters, Push, Refused, ServerSettings, Shutdown, State, wire_dtype,
+    ATTACH_FAILED, ATTACHED, NOT_ON_THIS_HOST, STOPPED_BY_SIGNAL, Attach, Attached, Bye, Chunk, Finish, GetState, Init,
+    Initialized, Leave, Message, NextChunk, Parameters, Push, Refused, ServerSettings, Shutdown, State, Stopping, StopRun,
+    wire_dtype,
 )
 from lightning_hybrid.parameter_server.shared_memory import SharedSegment
 from lightning_hybrid.parameter_server.sync_controller import Decision, SyncController
@@ -125,6 +131,8 @@ class ParameterServer:
         self._pushed_pass: set[int] = set()  # the workers whose pass sum arrived this pass
         self._owed: dict[int, int] = {}  # lost worker -> the shares (a bit each) its missing pass covered
         self._asked: dict[int, int] = {}  # lost worker -> the adopter asked for its owed shares
+        self.signal = 0  # a worker stopped the run on this signal (StopRun)
+        self.left: set[int] = set()  # the workers gone since (Leave, or a broken connection)
 
     # ---------------------------------------------------------------- replies
     def _reply(self, worker: int, message: Message, *payloads: torch.Tensor, bulk: torch.Tensor | None = None) -> None:
@@ -171,8 +179,10 @@ class ParameterServer:
     @property
     def stop_code(self) -> int:
         """The ``stop`` a reply carries: 0 (go on), 1 (``max_steps`` taken once the epoch's data was all
-        dealt), 2 (taken inside the epoch: no validation at its end, as under DDP). The same in every
-        reply after the last step."""
+        dealt), 2 (taken inside the epoch: no validation at its end, as under DDP), ``STOPPED_BY_SIGNAL``
+        + a signal (a worker stopped the run). The same in every reply after the last step or the stop."""
+        if self.signal:
+            return STOPPED_BY_SIGNAL + self.signal
         return self._stop_code if self.stopped else 0
 
     def _deal(self, worker: int, epoch: int) -> torch.Tensor | None:
@@ -340,6 +350,9 @@ class ParameterServer:
     def lose(self, worker: int, error: BaseException) -> None:
         """``worker``'s connection broke: with ``on_worker_failure="continue"`` go on without it
         (see the module doc), else re-raise ``error``."""
+        if self.signal:  # the run is stopping: a worker that stopped is gone, as asked
+            self.left.add(worker)
+            return
         if self.on_worker_failure != "continue" or worker == 0:
             raise error
         if worker in self.lost:
@@ -373,6 +386,34 @@ class ParameterServer:
         for w in self.waits.release_all():  # they waited for a step the lost worker was to complete
             self._send_params(w, with_chunk=True)
         self._end_epoch_if_all_finished()
+
+    def handle_stop_run(self, worker: int, request: StopRun, payload: Payload) -> None:
+        if not self.signal:
+            self.signal = request.signum
+            log.info("worker %d was asked to stop (signal %d): every worker stops at its next exchange", worker,
+                     request.signum)
+            held = set(self.controller.held) | set(self.waits.held) | self.finished
+            self.controller.held.clear()
+            self.waits.held.clear()
+            self.finished.clear()
+            for w in sorted(held - {worker}):  # they wait for peers that will not come
+                self._send_params(w, with_chunk=False)
+        self._reply(worker, Stopping(self.signal))
+
+    def handle_leave(self, worker: int, request: Leave, payload: Payload) -> None:
+        self.left.add(worker)
+        self._reply(worker, Stopping(self.signal))
+
+    def _answer_stopped(self, worker: int, request: Message, payload: Payload) -> None:
+        """After a ``StopRun``: what any request gets at once."""
+        if isinstance(request, NextChunk):
+            self._reply(worker, Chunk(0, stop=self.stop_code))
+        else:
+            self._send_params(worker, with_chunk=False)
+
+    @property
+    def everyone_left(self) -> bool:
+        return bool(self.signal) and self.left | self.lost >= set(range(self.num_workers))
 
     def handle_get_state(self, worker: int, request: GetState, payload: Payload) -> None:
         data = channel.to_bytes(self._optimization(worker).optimizer.state_dict())
@@ -419,9 +460,10 @@ class ParameterServer:
         """Answer requests until ``Shutdown``. A failing request is answered with ``Refused``, then re-raised."""
         handlers = {
             Init: self.handle_init, Attach: self.handle_attach, NextChunk: self.handle_next_chunk, Push: self.handle_push,
-            Finish: self.handle_finish, GetState: self.handle_get_state,
+            Finish: self.handle_finish, GetState: self.handle_get_state, StopRun: self.handle_stop_run,
+            Leave: self.handle_leave,
         }
-        while True:
+        while not self.everyone_left:
             deadline = self.waits.next_deadline()
             try:
                 received = self.inbox.next(None if deadline is None else max(0.0, deadline - time.monotonic()))
@@ -441,6 +483,8 @@ class ParameterServer:
                 return
             try:
                 handler = handlers.get(type(request))
+                if self.signal and isinstance(request, (Push, Finish, NextChunk)):
+                    handler = self._answer_stopped
                 if handler is None:
                     raise RuntimeError(f"{type(request).__name__} is not a request")
                 with self.load.handling():
@@ -489,10 +533,14 @@ def _exit_when_orphaned(parent_pid: int, period: float = 1.0) -> None:
     threading.Thread(target=watch, daemon=True, name="ps-orphan-watch").start()
 
 
+#: Signals the server leaves to the workers: Ctrl+C reaches every process of the terminal's group, a
+#: scheduler's SIGTERM and SLURM's requeue signal every process of the job; the workers stop the run
+#: (saving what they must) and end the server, which dies with the process that started it anyway.
+LEFT_TO_THE_WORKERS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
+
+
 def main() -> None:
-    """The server process: settings from standard input, then serve until ``Shutdown``. Ctrl+C reaches
-    every process of the terminal's group: the workers stop the run and end the server."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    """The server process: settings from standard input, then serve until ``Shutdown``."""
     run(ServerSettings.from_json(sys.stdin.read()))
 
 
@@ -509,6 +557,8 @@ def _name_this_process(name: str) -> None:
 def run(settings: ServerSettings) -> None:
     """Be the server of ``settings`` in this process until ``Shutdown``, then exit it (code 0)."""
     _name_this_process(PROCESS_NAME if settings.shards == 1 else f"{PROCESS_NAME[:12]}-{settings.shard}")
+    for signum in LEFT_TO_THE_WORKERS:  # also the handlers a server forked from a worker inherited
+        signal.signal(signum, signal.SIG_IGN)
     logging.basicConfig(level=logging.INFO, format=f"[{settings.name}] %(message)s", stream=sys.stderr, force=True)
     _exit_when_orphaned(os.getppid())
     torch.set_num_threads(1)

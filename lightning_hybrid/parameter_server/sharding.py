@@ -40,7 +40,7 @@ import functools
 import operator
 import os
 from collections import OrderedDict, defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -194,6 +194,23 @@ class ShardedClient:
 
     def optimizer_state(self) -> dict[str, Any]:
         return merge_states([client.optimizer_state() for client in self.clients], self.plan)
+
+    @property
+    def on_run_stopped(self) -> Callable[[int], None]:
+        return self.clients[0].on_run_stopped
+
+    @on_run_stopped.setter
+    def on_run_stopped(self, handler: Callable[[int], None]) -> None:
+        for client in self.clients:
+            client.on_run_stopped = handler
+
+    def stop_run(self, signum: int) -> None:
+        for client in self.clients:
+            client.stop_run(signum)
+
+    def leave(self) -> None:
+        for client in self.clients:
+            client.leave()
 
     def shutdown(self) -> ServerLoad:
         """End every shard; their loads together (:meth:`ServerLoad.combined`), each in :attr:`shard_loads`."""

@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from lightning_hybrid.comm.collectives import broadcast_, exchange, start_exchange
+from lightning_hybrid.comm.collectives import exchange, start_exchange
 from lightning_hybrid.partition.fc_cost import GO
 from lightning_hybrid.partition.fc_partition import FCPartition
 from lightning_hybrid.partition.network import PartitionPlan, fc_weights
@@ -187,8 +187,11 @@ def _part_product(weights: torch.Tensor, inputs: torch.Tensor) -> torch.Tensor:
 # ---------------------------------------------------------------------- torch.distributed
 class DistributedExecutor:
     """Runs a plan as worker ``rank`` of ``group`` (all workers call :meth:`run` with the same batch
-    shape; the owner's input is the one used). Accumulates per-layer bytes, peers and times in
-    :attr:`traffic`. ``slowdown`` stretches this worker's compute (simulated heterogeneity)."""
+    shape; the owner's input is the one used; every worker gets the output). Accumulates per-layer
+    bytes, peers and times in :attr:`traffic`. ``slowdown`` stretches this worker's compute (simulated
+    heterogeneity). Everything travels as point-to-point messages, and workers send different numbers
+    of them: give the executor a group of its own (torch's collective check counts a group's messages
+    in its sequence numbers, so collectives in the same group would look desynchronised)."""
 
     def __init__(self, plan: PartitionPlan, rank: int, group=None, slowdown: float = 1.0,
                  sleep: Callable[[float], None] = time.sleep) -> None:
@@ -257,7 +260,12 @@ class DistributedExecutor:
             if me == OWNER:
                 held = assemble(pieces, full_box(last.out_shape, axes), batch, last.out_shape, axes, x)
         result = held if me == OWNER else x.new_empty(out_shape)
-        return broadcast_(result, self._global(OWNER), group=self.group)
+        others = [self._global(w) for w in range(self.plan.workers) if w != OWNER]
+        if me == OWNER:  # to every worker, as messages: the group carries no collective (see the class)
+            exchange([(result, peer) for peer in others], [], self.group)
+        else:
+            exchange([], [(result, self._global(OWNER))], self.group)
+        return result
 
     def _compute(self, fn: Callable[[], torch.Tensor]) -> tuple[torch.Tensor, float]:
         start = time.perf_counter()

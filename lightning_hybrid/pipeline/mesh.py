@@ -8,8 +8,21 @@ process groups of each dimension.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch.distributed as dist
+
+
+class MeshGroups(NamedTuple):
+    """One rank's process groups: its replica's ranks for collectives (``pipeline``) and, apart, for
+    the stages' messages (``messages``: activations and gradients, point to point; torch's collective
+    check counts a group's messages in its sequence numbers, and the stages of a pipeline send
+    different numbers of them, so a group that carries both looks desynchronised), and the ranks at
+    its position in every replica (``data_parallel``)."""
+
+    pipeline: dist.ProcessGroup
+    messages: dist.ProcessGroup
+    data_parallel: dist.ProcessGroup
 
 
 @dataclass(frozen=True)
@@ -63,20 +76,20 @@ class Mesh:
     def data_parallel_ranks(self, position: int) -> list[int]:
         return [replica * self.stages + position for replica in range(self.replicas)]
 
-    def groups(self, rank: int, backend: str | None = None) -> tuple[dist.ProcessGroup, dist.ProcessGroup]:
-        """``rank``'s pipeline group (its replica's ranks) and data-parallel group (the ranks at its
-        position in every replica). Every rank must call this, in the same order: it creates all the
-        groups of both dimensions."""
-        pipeline = data_parallel = None
+    def groups(self, rank: int, backend: str | None = None) -> MeshGroups:
+        """``rank``'s groups (:class:`MeshGroups`). Every rank must call this, in the same order: it
+        creates all the groups of both dimensions."""
+        pipeline = messages = data_parallel = None
         for replica in range(self.replicas):
-            group = dist.new_group(self.pipeline_ranks(replica), backend=backend)
+            ranks = self.pipeline_ranks(replica)
+            collectives, p2p = dist.new_group(ranks, backend=backend), dist.new_group(ranks, backend=backend)
             if replica == self.replica_of(rank):
-                pipeline = group
+                pipeline, messages = collectives, p2p
         for position in range(self.stages):
             group = dist.new_group(self.data_parallel_ranks(position), backend=backend)
             if position == self.position_of(rank):
                 data_parallel = group
-        return pipeline, data_parallel
+        return MeshGroups(pipeline, messages, data_parallel)
 
     def stage_ranks(self, replica: int) -> list[int]:
         """The global rank running each stage of ``replica``, in stage order."""

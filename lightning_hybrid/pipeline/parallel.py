@@ -38,13 +38,16 @@ class PipelineParallel:
         stage_blocks: ``(start, stop)`` block ranges of the stages, in pipeline order.
         mesh: the stages x replicas layout, with the placement's device order.
         rank: this process's global rank.
-        pipeline_group: the process group of this rank's replica.
+        pipeline_group: the process group of this rank's replica (its collectives).
         device: this rank's device.
         slowdown: this stage's simulated compute slowdown (>= 1).
+        message_group: the group of the same ranks the stages' messages travel in (``Mesh.groups``'s
+            ``messages``); None: ``pipeline_group``.
     """
 
     def __init__(self, blocks: Sequence[tuple[str, nn.Module]], stage_blocks: Sequence[tuple[int, int]], mesh: Mesh,
-                 rank: int, pipeline_group: dist.ProcessGroup | None, device: torch.device, slowdown: float = 1.0) -> None:
+                 rank: int, pipeline_group: dist.ProcessGroup | None, device: torch.device, slowdown: float = 1.0,
+                 message_group: dist.ProcessGroup | None = None) -> None:
         if len(stage_blocks) != mesh.stages:
             raise ValueError(f"{len(stage_blocks)} stage block ranges for a mesh of {mesh.stages} stages")
         self.blocks, self.stage_blocks, self.mesh = list(blocks), list(stage_blocks), mesh
@@ -54,7 +57,7 @@ class PipelineParallel:
         self.stage_module = StageModule(self.blocks, start, stop, slowdown=slowdown)
         self.replica = mesh.replica_of(rank)
         self.executor = StageExecutor(self.stage_module, self.stage_index, mesh.stage_ranks(self.replica),
-                                      pipeline_group, device)
+                                      message_group if message_group is not None else pipeline_group, device)
 
     @property
     def is_first(self) -> bool:

@@ -194,8 +194,7 @@ class HybridParallelStrategy(StageOnlyState, common.RoutedEvaluation, common.Unw
         #: This rank's part of the pipeline (its stage), once planned; kept for test/predict after fit.
         self.pipeline: PipelineParallel | None = None
         self.exchange: DelayedAllReduce | None = None
-        self._pp_group: dist.ProcessGroup | None = None
-        self._dp_group: dist.ProcessGroup | None = None
+        self._pp_group = self._pp_messages = self._dp_group = None  # this rank's MeshGroups (setup)
         self._accumulate = 1
         self._step_grads: list[torch.Tensor | None] = []
         self._planned_for: pl.LightningModule | None = None  # the module whose blocks the pipeline holds
@@ -280,7 +279,8 @@ class HybridParallelStrategy(StageOnlyState, common.RoutedEvaluation, common.Unw
         pipeline_blocks(module)
         if self._pp_group is None:
             layout = Mesh(self.pipeline_stages, self.data_parallel)
-            self._pp_group, self._dp_group = layout.groups(self.global_rank, self._get_process_group_backend())
+            self._pp_group, self._pp_messages, self._dp_group = layout.groups(self.global_rank,
+                                                                              self._get_process_group_backend())
         if is_freed(module) and self.placement is None:
             self._check_module(module)  # configure_model() has built its blocks, on the meta device
             if self.input_shape is None:
@@ -430,7 +430,7 @@ class HybridParallelStrategy(StageOnlyState, common.RoutedEvaluation, common.Unw
         named = list(pipeline_blocks(module).named_children())
         self.pipeline = PipelineParallel(
             named, [(st.start, st.stop) for st in self.placement.stages], self.mesh, self.global_rank, self._pp_group,
-            self.root_device, slowdown=self.compute_slowdown,
+            self.root_device, slowdown=self.compute_slowdown, message_group=self._pp_messages,
         )
         self._planned_for = module
         if self.global_rank == 0:

@@ -19,9 +19,9 @@ under a strategy that lets it go on); and after every batch each rank checks its
   Lightning's broadcast; a request on any rank stops every rank at the same batch, at an optimizer
   step's boundary under gradient accumulation), :class:`Deferred` (the all-reduce started each batch
   and read ``lag`` batches later: balanced shares and the delayed all-reduce, whose ranks must not
-  wait for each other there), or :class:`OwnRequest` (the parameter-server workers, which never meet
-  between sync points: each stops on its own request, and a worker started by this package's
-  launcher passes its signal on to the launcher, which passes it on to every worker);
+  wait for each other there), or :class:`ThroughServer` (the parameter-server workers, which never
+  meet between sync points: a worker asked to stop tells the server, and every worker stops at its
+  next exchange with it, :meth:`BatchMeeting.stop_now`);
 * the agreed signal is the largest requested (SIGTERM over SIGUSR2 over SIGINT), so every rank knows
   which signal stopped the run, wherever it arrived;
 * in validation and test loops, :meth:`BatchMeeting.agree_in_evaluation` agrees per batch the same
@@ -38,7 +38,6 @@ agree.
 
 from __future__ import annotations
 
-import os
 import signal
 import time
 import weakref
@@ -51,8 +50,7 @@ import torch
 import torch.distributed as dist
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
-from lightning_hybrid.comm.collectives import Pending, all_gather, all_reduce_, start_all_reduce
-from lightning_hybrid.strategies.process_watch import LAUNCHER_PID_ENV
+from lightning_hybrid.comm.collectives import Pending, all_gather, all_reduce_, start_all_reduce, unchecked_group
 
 _HOOK = "_broadcast_sigterm_tensor"
 _NOTIFIER = "_sigterm_notifier_fn"
@@ -86,7 +84,7 @@ class Deferred:
             raise ValueError(f"lag must be at least one batch, got {lag}")
         self.lag = lag
         self._pending: deque[Pending] = deque()
-        self.group = dist.new_group(backend="gloo")  # every rank creates it, in setup
+        self.group = unchecked_group()  # every rank creates it, in setup; in the background even under a check
 
     def __call__(self, requested: int) -> int:
         agreed = 0
@@ -99,33 +97,20 @@ class Deferred:
         return agreed
 
 
-class OwnRequest:
-    """Each rank stops on its own request (ranks that do not meet between sync points). The request is
-    passed on once, as a signal (SIGINT as SIGTERM: a second SIGINT would interrupt at once): by the
-    process that started the other ranks to each of them, and by a rank this package's launcher
-    started to that process, so that a signal to any one worker stops them all."""
+class ThroughServer:
+    """Workers that do not meet between sync points (a parameter server's): this rank stops on its
+    own request at once, after telling the server (``tell(signum)``), whose reply to every worker's
+    next exchange then says so: each stops there, the ones waiting for their peers included."""
 
-    def __init__(self) -> None:
-        self._passed_on = False
+    def __init__(self, tell: Callable[[int], None]) -> None:
+        self.tell = tell
+        self._told = False
 
     def __call__(self, requested: int) -> int:
+        if requested and not self._told:
+            self._told = True
+            self.tell(requested)
         return requested
-
-    def pass_on(self, trainer: pl.Trainer, signum: int) -> None:
-        """From the signal handler (``os.kill`` only)."""
-        if self._passed_on:
-            return
-        self._passed_on = True
-        signum = signal.SIGTERM if signum == signal.SIGINT else signum
-        launcher, main = trainer.strategy.launcher, os.environ.get(LAUNCHER_PID_ENV)
-        if getattr(launcher, "procs", None):
-            for process in launcher.procs:  # the ranks this process started
-                process.send_signal(signum)
-        elif main is not None and main != str(os.getpid()):
-            try:
-                os.kill(int(main), signum)
-            except (OSError, ValueError):
-                pass  # the launcher is gone: this rank stops on its own
 
 
 class BatchMeeting:
@@ -185,14 +170,11 @@ class BatchMeeting:
 
     # ------------------------------------------------------------------ requests (signal handlers)
     def request_stop(self, signum: int = signal.SIGTERM) -> None:
-        """Ask every rank to stop after the current batch (safe inside a signal handler: it stores an
-        int, and passes the signal on to the launcher where the ranks do not meet)."""
+        """Ask every rank to stop after the current batch (safe inside a signal handler: it stores an int)."""
         if self.requested:
             return
         self.requested = int(signum)
         trainer = self._trainer()
-        if isinstance(self.agreement, OwnRequest) and trainer is not None:
-            self.agreement.pass_on(trainer, int(signum))
         if trainer is not None and not _distributed(trainer):
             trainer._signal_connector.received_sigterm = True  # one process: Lightning checks after the batch
 
@@ -217,7 +199,7 @@ class BatchMeeting:
     def _at_step_boundary(self) -> bool:
         """With gradient accumulation, only where an optimizer step has just been taken (a checkpoint
         there holds no half-accumulated gradients; every rank counts the same batches)."""
-        if isinstance(self.agreement, OwnRequest):
+        if isinstance(self.agreement, ThroughServer):
             return True
         trainer = self.trainer
         accumulate = max(int(trainer.accumulate_grad_batches or 1), 1)
@@ -226,6 +208,11 @@ class BatchMeeting:
     def _stop(self) -> None:
         self.trainer._signal_connector.received_sigterm = True
         raise SIGTERMException()
+
+    def stop_now(self, signum: int) -> None:
+        """Another rank stopped the run on ``signum`` (a parameter server's reply said so): stop here."""
+        self.agreed = self.agreed or int(signum)
+        self._stop()
 
     def evaluation_starts(self, batches: Any) -> None:
         """At the start of a validation or test loop, on every rank: whether its ranks can agree per

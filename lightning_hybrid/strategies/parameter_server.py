@@ -12,11 +12,13 @@ early stopping) happen at the sync points; between them the workers drift apart.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
-from abc import abstractmethod
+import signal
 import subprocess
 import time
+from abc import abstractmethod
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
@@ -29,7 +31,7 @@ from pytorch_lightning.trainer.states import TrainerFn
 from lightning_hybrid.comm.collectives import all_gather, broadcast_, broadcast_object
 from lightning_hybrid.comm.flat import copy_into, flatten, gradients
 from lightning_hybrid.comm.regroup import live_ranks, regroup
-from lightning_hybrid.parameter_server.channel import open_channel
+from lightning_hybrid.parameter_server.channel import ChannelClosedError, open_channel
 from lightning_hybrid.parameter_server.client import ParameterServerClient, PullInfo
 from lightning_hybrid.parameter_server.load import ServerLoad
 from lightning_hybrid.parameter_server.protocol import WORKER_FAILURE_MODES, ServerSettings, check_server_device
@@ -39,12 +41,14 @@ from lightning_hybrid.parameter_server.server import start_server
 from lightning_hybrid.parameter_server.sharding import ShardedClient, auto_servers, plan_shards
 from lightning_hybrid.strategies import common
 from lightning_hybrid.strategies.forked_ranks import ForkedProcess, Standby
-from lightning_hybrid.strategies.meeting import Agreement, EveryBatch, OwnRequest
+from lightning_hybrid.strategies.meeting import Agreement, EveryBatch, ThroughServer, meeting
 from lightning_hybrid.strategies.step_count import restored_global_step
 
 log = logging.getLogger(__name__)
 
 _SESSIONS = itertools.count()
+#: Seconds rank 0 waits, on a stop, for the server to see every worker leave and exit.
+SERVER_EXIT_S = 10.0
 
 #: How gradients and parameters reach the server: ``"auto"``, through shared memory for workers on
 #: its host (the side channel for the others, or where no segment can be made); ``"channel"``,
@@ -199,9 +203,10 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
         self._reset_epoch_stats()
 
     @property
-    def longest_wait_s(self) -> float:
-        """The longest a worker may wait for the server (its peers' pushes, the epoch's sync) with
-        nothing wrong: ``timeout``, after which it fails by itself. The watchdog waits at least this long."""
+    def peer_timeout_s(self) -> float:
+        """Seconds after which the server fails by itself when a worker stops talking to it
+        (``timeout``): the watchdog reports a stalled worker before that (a worker's own waits for the
+        server do not count as stalls: they have this timeout)."""
         return self.timeout
 
     @property
@@ -273,9 +278,15 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
         self.attach_sync_points(trainer)
 
     def stop_agreement(self, trainer: pl.Trainer) -> Agreement:
-        """Each worker stops on its own request (passed on to every worker): agreeing before each batch
-        would be a collective that locks the workers into step with each other."""
-        return OwnRequest() if trainer.state.fn == TrainerFn.FITTING else EveryBatch()
+        """A worker asked to stop tells the server, and every worker stops at its next exchange with it:
+        agreeing before each batch would be a collective that locks the workers into step with each other."""
+        if trainer.state.fn != TrainerFn.FITTING:
+            return EveryBatch()
+        return ThroughServer(lambda signum: self.client.stop_run(signum))
+
+    def _stopped_by_a_peer(self, signum: int) -> None:
+        """A reply of the server says a worker stopped the run: stop here too (it does not return)."""
+        meeting(self.lightning_module.trainer).stop_now(signum)
 
     def _resolved_server_device(self) -> str:
         """``server_device`` with ``"auto"`` decided (rank 0's model's device), checked to exist here."""
@@ -328,6 +339,7 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
             for settings in shards
         ]
         self.client = clients[0] if servers == 1 else ShardedClient(clients, plan)
+        self.client.on_run_stopped = self._stopped_by_a_peer
         self.transport_used = "channel"
         if self.transport == "auto":
             self.transport_used = self.client.attach_shared_memory(self._flat.numel())
@@ -494,15 +506,22 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
         self.client = None
 
     def on_exception(self, exception: BaseException) -> None:
-        """An orderly stop (a signal): end the server before any worker's connection closes, so that it
-        does not report the workers as lost (rank 0, which started it; the others wait a moment first)."""
-        if isinstance(exception, SIGTERMException) and any(process.poll() is None for process in self._servers):
-            self._stop_server(lambda: [process.terminate() for process in self._servers if process.poll() is None])
+        """An orderly stop (a signal): every worker tells the server it stops and leaves (the others
+        learn it at their next exchange with the server); the server exits once all have, and rank 0,
+        which started it, waits for that."""
+        if isinstance(exception, SIGTERMException) and self.client is not None:
+            module = self.lightning_module
+            signum = meeting(module.trainer).agreed if module is not None and module._trainer is not None else 0
+            with contextlib.suppress(ChannelClosedError, RuntimeError):
+                self.client.stop_run(signum or signal.SIGTERM)
+                self.client.leave()
+            self._stop_server(lambda: None, patience_s=SERVER_EXIT_S)
         super().on_exception(exception)
 
-    def _stop_server(self, ask_to_end: Callable[[], Any]) -> Any:
+    def _stop_server(self, ask_to_end: Callable[[], Any], patience_s: float = 30.0) -> Any:
         """End the server (every shard) on purpose: stop watching it (its exit is no death to
-        report), ``ask_to_end()``, wait for it, kill it if it does not end; what ``ask_to_end()`` returned."""
+        report), ``ask_to_end()``, wait for it (``patience_s``), kill it if it does not end; what
+        ``ask_to_end()`` returned."""
         if not self._servers:
             return None
         if self.process_watch is not None:
@@ -511,7 +530,7 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
         answer = ask_to_end()
         for process in self._servers:
             try:
-                process.wait(timeout=30)
+                process.wait(timeout=patience_s)
             except subprocess.TimeoutExpired:
                 process.kill()
         self._servers = []
@@ -544,7 +563,7 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
         if self._own_callback is not None and module is not None and module._trainer is not None:
             module.trainer.fit_loop.epoch_loop.max_steps = self.max_steps
         if any(process.poll() is None for process in self._servers):
-            self._stop_server(lambda: [process.terminate() for process in self._servers if process.poll() is None])
+            self._stop_server(lambda: [process.kill() for process in self._servers if process.poll() is None])
         self.client = None
         self._async = False
         super().teardown()

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
+import torch.distributed as dist
 from pytorch_lightning.trainer.states import TrainerFn
 from pytorch_lightning.utilities.rank_zero import rank_zero_info
 
@@ -107,6 +108,7 @@ class PartitionedInferenceStrategy(RoutedEvaluation, UnwrappedDDPStrategy):
         self.plan: PartitionPlan | None = None
         self.traffic: list[LayerTraffic] = []
         self._executors: dict[tuple[int, ...], DistributedExecutor] = {}
+        self._messages: dist.ProcessGroup | None = None
 
     # ------------------------------------------------------------------ checks
     @property
@@ -155,6 +157,8 @@ class PartitionedInferenceStrategy(RoutedEvaluation, UnwrappedDDPStrategy):
             self.check_trainer(trainer, self.lightning_module)
         self.check_evaluation(trainer, self.lightning_module)
         super().setup(trainer)
+        if self._messages is None and self.world_size > 1:  # the executors' messages: a group of their own
+            self._messages = dist.new_group(backend=self._get_process_group_backend())
 
     # ------------------------------------------------------------------ planning
     def _measured_abilities(self) -> list[float]:
@@ -185,7 +189,7 @@ class PartitionedInferenceStrategy(RoutedEvaluation, UnwrappedDDPStrategy):
                 rank_zero_info(f"PartitionedInferenceStrategy: layer {step.name}: {step.note}")
         for index, note in plan.fc_notes.items():
             rank_zero_info(f"PartitionedInferenceStrategy: layer {plan.steps[index].name}: {note}")
-        executor = DistributedExecutor(plan, self.global_rank, slowdown=self.compute_slowdown)
+        executor = DistributedExecutor(plan, self.global_rank, group=self._messages, slowdown=self.compute_slowdown)
         self._executors[sample_shape] = executor
         return executor
 
@@ -234,6 +238,7 @@ class PartitionedInferenceStrategy(RoutedEvaluation, UnwrappedDDPStrategy):
 
     def teardown(self) -> None:
         self._executors.clear()
+        self._messages = None
         super().teardown()
 
 

@@ -1,0 +1,109 @@
+"""What users type: every training alias through the installed ``lightning-hybrid`` command, 2 ranks,
+2 short epochs, as a batch job runs it (output to a file: the log-line progress) and in a terminal
+(a pseudo-terminal: Lightning's progress bar). Each run has a hard time limit; a run past it fails the
+test with every process's Python stack (py-spy), so a hang is reported where it happens.
+
+Ranks are started as users' runs start them: the command reruns itself for rank 1 (no forking)."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pty
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import termios
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import clean_env
+
+pytestmark = pytest.mark.multiprocess
+
+COMMAND = Path(sys.executable).with_name("lightning-hybrid")
+ALIASES = ("ddp", "ssp", "ssp_async", "ssp_bounded", "balanced", "allreduce_asgd", "allreduce_asgd_dc", "cneural",
+           "hybrid")
+#: A few batches of MNIST-shaped synthetic data (no download), two epochs: the epoch's end, where the
+#: metrics are synchronised and checkpoints written, is met twice.
+SMALL = ("trainer.max_epochs=2", "trainer.limit_train_batches=4", "trainer.limit_val_batches=2",
+         "trainer.limit_test_batches=2", "data=synthetic", "data.num_train=512", "data.num_val=128", "data.num_test=128")
+LIMIT_S = 150
+
+
+def stacks(group: int) -> str:
+    """Every process of the process group ``group``: its command and Python stack (py-spy, where installed)."""
+    spy = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
+    pids = subprocess.run(["ps", "-o", "pid=", "-g", str(group)], capture_output=True, text=True).stdout.split()
+    if spy is None:
+        return f"(py-spy is not installed: no stacks) processes {pids}"
+    dumps = [subprocess.run([spy, "dump", "--pid", pid], capture_output=True, text=True, timeout=30).stdout
+             for pid in pids]
+    return "\n".join(dumps)
+
+
+def run_command(args: list[str], cwd: Path, terminal: bool) -> tuple[int, str]:
+    """``lightning-hybrid *args`` in a session of its own, its output to a file or a pseudo-terminal;
+    past :data:`LIMIT_S` the test fails with every process's stack."""
+    env = clean_env(PYTHONWARNINGS="ignore")
+    env.pop("TORCH_DISTRIBUTED_DEBUG")  # as users run it (the suite's other runs check the collectives)
+    chunks: list[bytes] = []
+    if terminal:
+        controller, child_end = pty.openpty()
+        fcntl.ioctl(child_end, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))  # a terminal's size: the bar's width
+        process = subprocess.Popen([str(COMMAND), *args], cwd=cwd, env=env, stdin=child_end, stdout=child_end,
+                                   stderr=child_end, start_new_session=True)
+        os.close(child_end)
+
+        def drain() -> None:  # a full terminal buffer would block the writer
+            while True:
+                try:
+                    data = os.read(controller, 65536)
+                except OSError:
+                    return
+                if not data:
+                    return
+                chunks.append(data)
+
+        reader = threading.Thread(target=drain, daemon=True)
+        reader.start()
+    else:
+        log = (cwd / "out.log").open("wb")
+        process = subprocess.Popen([str(COMMAND), *args], cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        process.wait(timeout=LIMIT_S)
+    except subprocess.TimeoutExpired:
+        dump = stacks(process.pid)
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        output = b"".join(chunks).decode(errors="replace") if terminal else (cwd / "out.log").read_text(errors="replace")
+        pytest.fail(f"lightning-hybrid {' '.join(args)} did not end within {LIMIT_S} s; last output:\n{output[-2000:]}\n"
+                    f"stacks:\n{dump}")
+    finally:
+        if terminal:
+            reader.join(timeout=10)
+            os.close(controller)
+        else:
+            log.close()
+    output = b"".join(chunks).decode(errors="replace") if terminal else (cwd / "out.log").read_text(errors="replace")
+    return process.returncode, output
+
+
+@pytest.mark.skipif(not COMMAND.is_file(), reason=f"the lightning-hybrid command is not installed beside {sys.executable}")
+@pytest.mark.parametrize("output", ["file", "terminal"])
+@pytest.mark.parametrize("alias", ALIASES)
+def test_every_alias_finishes_as_users_type_it(tmp_path, alias, output):
+    returncode, text = run_command([f"strategy={alias}", "trainer.devices=2", *SMALL, f"hydra.run.dir={tmp_path / 'run'}"],
+                                   tmp_path, terminal=output == "terminal")
+    assert returncode == 0, f"exit status {returncode}:\n{text[-4000:]}"
+    assert "final metrics" in text and "test/acc" in text, text[-3000:]
+    if output == "file":
+        assert "epoch 2/2  done" in text, "the log-line progress at each epoch's end"
+    else:
+        assert "Epoch 1:" in text and "it/s]" in text, "Lightning's progress bar"
