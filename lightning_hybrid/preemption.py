@@ -167,6 +167,8 @@ class Preemption(pl.Callback):
         #: The first stop signal this process received (its name), None before one.
         self.received: str | None = None
         self._saved_handlers: dict[int, Any] = {}
+        #: After a stop, in the process that started the other ranks: their processes (they end on their own).
+        self.ranks_started: list[Any] = []
         self._armed_by_caller = False
         self._trainer: pl.Trainer | None = None
 
@@ -250,6 +252,9 @@ class Preemption(pl.Callback):
         self._end(trainer)
         if not isinstance(exception, SIGTERMException):
             return
+        started = getattr(trainer.strategy.launcher, "procs", None)
+        if started:  # they end on their own now: Lightning's observer would kill every process at their exit status
+            self.ranks_started, started[:] = list(started), []
         self.received = self.received or stopped_by
         if trainer.state.fn != "fit":
             self.stop = Stop(signal=stopped_by, strategy=type(trainer.strategy).__name__)

@@ -41,17 +41,6 @@ def test_resume_from_checkpoint(tmp_path):
 
 
 @pytest.mark.multiprocess
-def test_two_process_ddp(tmp_path):
-    run_dir = tmp_path / "ddp"
-    proc = run_cli(*SMOKE, "strategy=ddp", "trainer.devices=2", "allow_cpu_oversubscription=true", f"hydra.run.dir={run_dir}", cwd=tmp_path)
-    log = proc.stdout + proc.stderr
-    assert "Starting with 2 processes" in log
-    assert log.count("final metrics") == 1, "only rank 0 reports"
-    assert (run_dir / "train_ddp_process_1.log").is_file(), "rank 1 must run in the same run folder"
-    assert "test/acc" in read_metrics(run_dir)
-
-
-@pytest.mark.multiprocess
 def test_ssp_through_the_cli(tmp_path):
     run_dir = tmp_path / "ssp"
     run_cli(

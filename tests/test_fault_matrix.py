@@ -75,11 +75,13 @@ def test_a_signal_at_any_moment_stops_every_rank_and_the_same_command_resumes(tm
     previous = None
     for case in CASES:
         proc = run(*command, cwd=tmp_path)
+        (tmp_path / f"{case}.log").write_text(proc.stdout + proc.stderr)  # kept by pytest, for a failure's reading
         said = expected_resume(strategy, previous)
         assert said is None or said in proc.stdout + proc.stderr, f"after {previous}: no {said!r}:\n{proc.stdout[-3000:]}"
         check_stop(tmp_path, case, proc, tmp_path / "run")
         previous = case
     finished = run(*command, cwd=tmp_path)
+    (tmp_path / "finished.log").write_text(finished.stdout + finished.stderr)
     assert finished.returncode == 0, (finished.stdout + finished.stderr)[-4000:]
     assert "resuming from" in finished.stdout + finished.stderr
 

@@ -270,7 +270,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
                 metrics, best = fit_and_test(cfg, trainer, module, datamodule, ckpt_path)
         except SIGTERMException:
             stop = preemption.stop or Stop(signal=preemption.received or "SIGTERM", strategy=type(trainer.strategy).__name__)
-            end_stopped_run(cfg, trainer, stop, fitting)
+            end_stopped_run(cfg, trainer, stop, fitting, preemption.ranks_started)
         except BaseException as error:
             if fitting and trainer.is_global_zero:
                 record_end(cfg, "failed", error=f"{type(error).__name__}: {error}"[:500])
@@ -309,10 +309,10 @@ def fit_and_test(cfg: DictConfig, trainer: pl.Trainer, module: pl.LightningModul
 RANKS_END_S = 8.0
 
 
-def end_stopped_run(cfg: DictConfig, trainer: pl.Trainer, stop: Stop, fitting: bool) -> None:
-    """A run stopped by a signal: wait for the ranks this process started, record the stop, say in
+def end_stopped_run(cfg: DictConfig, trainer: pl.Trainer, stop: Stop, fitting: bool, ranks: list[Any]) -> None:
+    """A run stopped by a signal: wait for the ``ranks`` this process started, record the stop, say in
     one line (rank 0) what stopped it and where it resumes, and exit with 128 + the signal's number."""
-    for proc in getattr(trainer.strategy.launcher, "procs", None) or []:
+    for proc in ranks or getattr(trainer.strategy.launcher, "procs", None) or []:
         try:
             proc.wait(timeout=RANKS_END_S)
         except Exception:
