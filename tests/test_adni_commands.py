@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import csv
 import math
-import re
 import shlex
 from pathlib import Path
 
@@ -16,10 +15,8 @@ import pytest
 import torch
 
 from conftest import run_cli
+from doc_commands import is_adni, training_commands
 
-ROOT = Path(__file__).resolve().parents[1]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), *sorted((ROOT / "recipes").rglob("README.md"))]
-SUBCOMMANDS = ("plan", "data", "explain")
 #: Where a command's data lives (replaced by small synthetic volumes): ClinicaDL's keys and the CSV's.
 CLINICADL_KEYS = {f"data.{k}" for k in ("csv_path", "caps_directory", "tsv_path", "split", "baseline",
                                          "valid_longitudinal", "use_uncropped_image")}
@@ -27,19 +24,7 @@ CLINICADL_KEYS = {f"data.{k}" for k in ("csv_path", "caps_directory", "tsv_path"
 
 def adni_commands() -> list[tuple[str, str]]:
     """(page:line, command) of every `lightning-hybrid` training command on ADNI data or a 3D-ResAttNet."""
-    found = {}
-    for page in PAGES:
-        if page.name == "configs.md":  # the generated reference lists keys, not commands
-            continue
-        lines = page.read_text().replace("\\\n", " ").splitlines()  # continued lines joined
-        for number, line in enumerate(lines, start=1):
-            for match in re.finditer(r"(?:\.venv/bin/)?lightning-hybrid((?: +[^\s`#|]+)+)", line):
-                command = " ".join(match.group(1).split())
-                if command.split()[0] in SUBCOMMANDS or command.split()[0].startswith("--"):
-                    continue
-                if re.search(r"adni|resattnet", command):
-                    found.setdefault(command, f"{page.relative_to(ROOT)}:{number}")
-    return [(where, command) for command, where in found.items()]
+    return [(where, command) for where, command in training_commands() if is_adni(command)]
 
 
 def at_small_size(command: str, tmp_path: Path) -> list[str]:

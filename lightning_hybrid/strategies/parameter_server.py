@@ -193,6 +193,7 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
         self._params: list[torch.Tensor] = []
         self._flat: torch.Tensor | None = None
         self._async = False
+        self._failed = False  # the fit ended on an exception (teardown then meets no other worker)
         #: ``Trainer(max_steps=N)``: N optimizer steps of the server (the workers' own counts differ).
         self.max_steps = -1
         self._stop = False  # the server has taken max_steps steps
@@ -509,6 +510,7 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
         """An orderly stop (a signal): every worker tells the server it stops and leaves (the others
         learn it at their next exchange with the server); the server exits once all have, and rank 0,
         which started it, waits for that."""
+        self._failed = True  # no more collectives at teardown
         if isinstance(exception, SIGTERMException) and self.client is not None:
             module = self.lightning_module
             signum = meeting(module.trainer).agreed if module is not None and module._trainer is not None else 0
@@ -562,8 +564,13 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
         module = self.lightning_module
         if self._own_callback is not None and module is not None and module._trainer is not None:
             module.trainer.fit_loop.epoch_loop.max_steps = self.max_steps
+        if self.client is not None and not self._failed:
+            # A fit that ended without its last sync (one resumed after its last epoch: Lightning skips the
+            # loop, but a worker may still be fetching its first batch from the server): every worker is
+            # done with the server before it goes.
+            self.barrier("ps-teardown")
         if any(process.poll() is None for process in self._servers):
             self._stop_server(lambda: [process.kill() for process in self._servers if process.poll() is None])
         self.client = None
-        self._async = False
+        self._async = self._failed = False
         super().teardown()
