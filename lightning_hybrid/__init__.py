@@ -23,6 +23,7 @@ from lightning_hybrid.strategies import (  # noqa: E402
     BalancedDataParallelStrategy,
     CNeuralStrategy,
     HybridParallelStrategy,
+    LocalSGDStrategy,
     PartitionedInferenceStrategy,
     SSPStrategy,
 )
@@ -35,6 +36,7 @@ __all__ = [
     "CNeuralStrategy",
     "ClassifierModule",
     "HybridParallelStrategy",
+    "LocalSGDStrategy",
     "PartitionedInferenceStrategy",
     "SSPStrategy",
     "__version__",

@@ -26,7 +26,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from threads import threads_per_process
 from lightning_hybrid import (
-    AllReduceASGDStrategy, BalancedDataParallelStrategy, ClassifierModule, CNeuralStrategy, SSPStrategy,
+    AllReduceASGDStrategy, BalancedDataParallelStrategy, ClassifierModule, CNeuralStrategy, LocalSGDStrategy, SSPStrategy,
 )
 from lightning_hybrid.strategies import ParameterServerStrategy
 from lightning_hybrid.callbacks import EpochTimer
@@ -270,7 +270,10 @@ def main() -> None:
     parser.add_argument("--log-step-sync", action="store_true", help="self.log(on_step=True, sync_dist=True) each step")
     parser.add_argument("--scheduler", action="store_true", help="StepLR(step_size=1, gamma=0.5) per epoch")
     parser.add_argument("--step-scheduler", action="store_true", help="StepLR(step_size=1, gamma=0.5) per step")
-    parser.add_argument("--delay", type=int, default=1, help="AllReduceASGDStrategy delay")
+    parser.add_argument("--delay", type=int, default=1, help="AllReduceASGDStrategy / LocalSGDStrategy delay")
+    parser.add_argument("--sync-every", type=int, default=4, help="LocalSGDStrategy sync_every")
+    parser.add_argument("--outer", default="nesterov", help="LocalSGDStrategy outer_optimizer")
+    parser.add_argument("--fragments", type=int, default=1, help="LocalSGDStrategy fragments")
     parser.add_argument("--compensation", default=None)
     parser.add_argument("--dc-lambda", type=float, default=0.04)
     parser.add_argument("--warmup", type=int, default=0)
@@ -317,6 +320,9 @@ def main() -> None:
             delay=args.delay, compensation=args.compensation, dc_lambda=args.dc_lambda, warmup_steps=args.warmup,
             **shared,
         )
+    elif strategy == "local_sgd":
+        strategy = LocalSGDStrategy(sync_every=args.sync_every, delay=args.delay, outer_optimizer=args.outer,
+                                    fragments=args.fragments, **shared)
     elif strategy == "balanced":
         strategy = BalancedDataParallelStrategy(
             global_batch=args.global_batch, speeds=[float(s) for s in args.speeds.split(",")] if args.speeds else None,

@@ -3,7 +3,7 @@
 
 Importing this package registers each strategy's string aliases with Lightning's
 ``StrategyRegistry`` (``import lightning_hybrid`` does so): ``"ssp"``, ``"ssp_bounded"``,
-``"ssp_async"``, ``"cneural"``, ``"allreduce_asgd"``, ``"allreduce_asgd_dc"``, ``"hybrid"``,
+``"ssp_async"``, ``"cneural"``, ``"allreduce_asgd"``, ``"allreduce_asgd_dc"``, ``"local_sgd"``, ``"hybrid"``,
 ``"partitioned_inference"``, ``"balanced"``. Where both Lightning namespaces are installed, the
 aliases are registered with ``lightning.pytorch``'s registry too (when it is imported), naming this
 package's ``lightning`` flavour (:mod:`lightning_hybrid.namespace`).
@@ -19,12 +19,13 @@ from lightning_hybrid.strategies.allreduce_asgd import AllReduceASGDStrategy
 from lightning_hybrid.strategies.balanced import BalancedDataParallelStrategy
 from lightning_hybrid.strategies.cneural import CNeuralStrategy
 from lightning_hybrid.strategies.hybrid import HybridParallelStrategy
+from lightning_hybrid.strategies.local_sgd import LocalSGDStrategy
 from lightning_hybrid.strategies.parameter_server import ParameterServerStrategy
 from lightning_hybrid.strategies.partitioned_inference import PartitionedInferenceStrategy
 from lightning_hybrid.strategies.ssp import ServerSampler, SSPStrategy
 
 _ALIASED = (SSPStrategy, CNeuralStrategy, AllReduceASGDStrategy, HybridParallelStrategy, PartitionedInferenceStrategy,
-            BalancedDataParallelStrategy)
+            BalancedDataParallelStrategy, LocalSGDStrategy)
 for _strategy in _ALIASED:
     _strategy.register_strategies(StrategyRegistry)
 
@@ -51,6 +52,7 @@ __all__ = [
     "BalancedDataParallelStrategy",
     "CNeuralStrategy",
     "HybridParallelStrategy",
+    "LocalSGDStrategy",
     "ParameterServerStrategy",
     "PartitionedInferenceStrategy",
     "SSPStrategy",

@@ -318,6 +318,16 @@ class CheckedDDPStrategy(DDPStrategy):
         finally:
             self._ddp_kwargs = kwargs
 
+    def _register_ddp_hooks(self) -> None:
+        """DDP's communication hook (``ddp_comm_hook``: bf16 or fp16 compression, PowerSGD, ...) on every
+        device and backend: Lightning registers it on CUDA only, and silently trains without it elsewhere."""
+        if self._ddp_comm_hook is None:
+            return
+        from pytorch_lightning.overrides.distributed import _register_ddp_comm_hook
+
+        _register_ddp_comm_hook(model=self.model, ddp_comm_state=self._ddp_comm_state, ddp_comm_hook=self._ddp_comm_hook,
+                                ddp_comm_wrapper=self._ddp_comm_wrapper)
+
     def check_devices(self) -> None:
         """Refuse a backend that cannot serve the processes' devices (called before processes start)."""
         workers_backend(self.parallel_devices or [], self._process_group_backend)

@@ -39,6 +39,7 @@ from lightning_hybrid.parameter_server.protocol import wire_dtype as wire_dtype_
 from lightning_hybrid.parameter_server.server import run as run_server
 from lightning_hybrid.parameter_server.server import start_server
 from lightning_hybrid.parameter_server.sharding import ShardedClient, auto_servers, plan_shards
+from lightning_hybrid.sim.link import LINK_ENV, in_shaped_link
 from lightning_hybrid.strategies import common
 from lightning_hybrid.strategies.forked_ranks import ForkedProcess, Standby
 from lightning_hybrid.strategies.meeting import Agreement, EveryBatch, ThroughServer, meeting
@@ -100,7 +101,9 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
         transport: how gradients and parameters travel (:data:`TRANSPORTS`): ``"auto"`` (default)
             through a shared-memory segment for each worker on the server's host
             (:mod:`~lightning_hybrid.parameter_server.shared_memory`; one warning and the side
-            channel where /dev/shm has no room), ``"channel"`` through the side channel always. The
+            channel where /dev/shm has no room; the side channel inside a shaped link,
+            :mod:`lightning_hybrid.sim.link`, which shared memory would bypass), ``"channel"`` through
+            the side channel always. The
             run does the same either way; :attr:`transport_used` says which this worker got.
         wire_dtype: ``"fp32"`` (default) or ``"bf16"``: the dtype gradients and parameters travel
             in, half the bytes with bf16; the server keeps float32 weights and optimizer state.
@@ -342,7 +345,11 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
         self.client = clients[0] if servers == 1 else ShardedClient(clients, plan)
         self.client.on_run_stopped = self._stopped_by_a_peer
         self.transport_used = "channel"
-        if self.transport == "auto":
+        if self.transport == "auto" and (link := in_shaped_link()) is not None:
+            if self.global_rank == 0:  # shared memory would bypass the link under measurement
+                log.info("%s: a shaped link (%s=%s): gradients and parameters through the side channel, not shared "
+                         "memory", type(self).__name__, LINK_ENV, link)
+        elif self.transport == "auto":
             self.transport_used = self.client.attach_shared_memory(self._flat.numel())
 
     def on_ranks_forked(self) -> None:
