@@ -275,6 +275,7 @@ def main() -> None:
     parser.add_argument("--outer", default="nesterov", help="LocalSGDStrategy outer_optimizer")
     parser.add_argument("--fragments", type=int, default=1, help="LocalSGDStrategy fragments")
     parser.add_argument("--compensation", default=None)
+    parser.add_argument("--momentum-correction", default=None, help="AllReduceASGDStrategy: none (default here) | mean_delay | subtract")
     parser.add_argument("--dc-lambda", type=float, default=0.04)
     parser.add_argument("--warmup", type=int, default=0)
     parser.add_argument("--latency", type=float, default=0.0, help="sim collective_latency_s")
@@ -318,6 +319,7 @@ def main() -> None:
     elif strategy == "asgd":
         strategy = AllReduceASGDStrategy(
             delay=args.delay, compensation=args.compensation, dc_lambda=args.dc_lambda, warmup_steps=args.warmup,
+            momentum_correction=args.momentum_correction,
             **shared,
         )
     elif strategy == "local_sgd":

@@ -13,9 +13,10 @@ import pytorch_lightning as pl
 import torch
 import torch.distributed as dist
 from pytorch_lightning.trainer.states import TrainerFn
-from pytorch_lightning.utilities.rank_zero import rank_zero_warn
+from pytorch_lightning.utilities.rank_zero import rank_zero_info, rank_zero_warn
 
 from lightning_hybrid.comm.delayed_allreduce import DelayedAllReduce, learning_rates, step_at, validate
+from lightning_hybrid.parameter_server.update_rule import MOMENTUM_CORRECTIONS, UpdateRule
 from lightning_hybrid.strategies import common
 from lightning_hybrid.strategies.meeting import Agreement, Deferred, EveryBatch
 
@@ -42,6 +43,11 @@ class AllReduceASGDStrategy(common.UnwrappedDDPStrategy):
         dc_lambda: DC-ASGD's lambda.
         bucket_size_mb: gradients are flattened into buckets of about this size, one collective each.
         warmup_steps: the first optimizer steps are synchronous (applied at once).
+        momentum_correction: ``"mean_delay"`` (default), ``"subtract"`` or ``None``: SGD's momentum lowered
+            so that it and the delay's own implicit momentum together are what was configured (the rules
+            of :mod:`lightning_hybrid.parameter_server.update_rule`, with a staleness of ``delay``:
+            ``"mean_delay"`` keeps the mean delay ``mu / (1 - mu)`` of an update, 0.9 -> 0.889 at
+            ``delay=1``; ``"subtract"`` removes ``delay / (1 + delay)``, 0.9 -> 0.4). Logged at setup.
         process_group_backend: ``None`` (nccl with one process per GPU, otherwise gloo) or a backend name.
         processes_per_device: processes started on each device the Trainer gives (``devices=1,
             processes_per_device=2``: two processes on one GPU, whose group then uses gloo).
@@ -85,6 +91,7 @@ class AllReduceASGDStrategy(common.UnwrappedDDPStrategy):
         dc_lambda: float = 0.04,
         bucket_size_mb: float = 25.0,
         warmup_steps: int = 0,
+        momentum_correction: str | None = "mean_delay",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -96,6 +103,10 @@ class AllReduceASGDStrategy(common.UnwrappedDDPStrategy):
         self.dc_lambda = dc_lambda
         self.bucket_size_mb = bucket_size_mb
         self.warmup_steps = warmup_steps
+        if momentum_correction not in (None, *MOMENTUM_CORRECTIONS):
+            raise ValueError(f"momentum_correction must be None or one of {MOMENTUM_CORRECTIONS}, got {momentum_correction!r}")
+        self.momentum_correction = momentum_correction
+        self._configured_momentum: list[float | None] = []
         #: Simulated latency added to each collective (set by lightning_hybrid.sim).
         self.collective_latency_s = 0.0
         self.exchange: DelayedAllReduce | None = None
@@ -156,11 +167,28 @@ class AllReduceASGDStrategy(common.UnwrappedDDPStrategy):
             dc_lambda=self.dc_lambda, latency_s=self.collective_latency_s,
         )
         self._steps = self.pushed = self.applied = 0
+        self._correct_momentum(optimizer)
         if self._restored_pending:  # resumed between sync points: the averages the checkpoint held
             self.exchange.load_pending_state(self._restored_pending)
             self.pushed = len(self._restored_pending)
             self._restored_pending = None
         self.attach_sync_points(trainer)
+
+    def _correct_momentum(self, optimizer: torch.optim.Optimizer) -> None:
+        """A gradient applied ``delay`` steps late acts as ``delay`` steps of momentum of its own (the
+        implicit momentum of asynchrony, Mitliagkas et al. 2016): lower SGD's explicit momentum so that
+        the two together are what the user configured (``momentum_correction``), and say so."""
+        self._configured_momentum = [group.get("momentum") for group in optimizer.param_groups]
+        if not self.delay or self.momentum_correction is None:
+            return
+        rule = UpdateRule(momentum_correction=self.momentum_correction)
+        rule.mean_staleness = float(self.delay)
+        for group, configured in zip(optimizer.param_groups, self._configured_momentum):
+            if configured:
+                group["momentum"] = rule.momentum(configured)
+                rank_zero_info(f"AllReduceASGDStrategy: a delay of {self.delay} step(s) adds momentum of its own; SGD's "
+                               f"momentum {configured:g} -> {group['momentum']:.4g} (momentum_correction="
+                               f"{self.momentum_correction}; None keeps {configured:g})")
 
     def stop_agreement(self, trainer: pl.Trainer) -> Agreement:
         """A stop agreed once the delay has passed: agreeing on it in the batch would make a fast rank
@@ -211,6 +239,11 @@ class AllReduceASGDStrategy(common.UnwrappedDDPStrategy):
         self.sync_point()
 
     def teardown(self) -> None:
+        optimizers = self.optimizers or []
+        if optimizers and self._configured_momentum:  # the user's optimizer as it was configured
+            for group, configured in zip(common.unwrap_optimizer(optimizers[0]).param_groups, self._configured_momentum):
+                if configured is not None:
+                    group["momentum"] = configured
         if self.exchange is not None:
             self.exchange.close()
             self.exchange = None

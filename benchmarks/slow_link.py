@@ -1,0 +1,266 @@
+"""Time to accuracy under a real slow link: DDP, its compression hooks, the delayed all-reduce, local SGD.
+
+Two ranks on this machine, inside a network namespace whose loopback the kernel shapes to a rate
+(``lightning_hybrid.sim.link.ShapedLink``: tc's token bucket; every byte the ranks send each other
+crosses it, and is counted). Contenders (``--contenders``, names below): DDP; DDP with gradients in bf16
+(``strategy=ddp_bf16``) or PowerSGD of rank 2 and 4 (``strategy=ddp_powersgd``); the delayed all-reduce
+(``allreduce_asgd``) at delay 1 and 2; local SGD (``local_sgd``) every 8, 32, 64 or 128 steps with the
+average a round late, whole or in 4 fragments (streaming) in bf16 (``stream_h*``).
+
+The time to a target accuracy under a link is taken in two measurements, because every contender's
+updates are the same whatever the network's speed (none adapts to timing: the delays, rounds and
+compressions are fixed), so that the samples a run needs to reach the target do not depend on the link:
+
+1. ``trajectories`` (no shaping): each contender trains in short epochs (``--batches-per-epoch`` per
+   rank) and is tested after each on MNIST's test set, until the target or ``--max-epochs``: samples to
+   the target. A learning-rate sweep first (``--lrs``, over ``--sweep-seeds``): each contender keeps
+   the rate that needs the fewest samples (median; a rate that never gets there loses); then every seed
+   of ``--seeds`` at that rate. Final accuracy: after ``--max-epochs`` with ``--no-early-stop``.
+2. ``throughput``: each contender at its rate, ``--throughput-batches`` batches per rank (at least two
+   rounds) inside each link of ``--links``: training samples per second (from the first batch to the
+   last, set-up excluded) and bytes through the link per sample.
+3. ``report``: time to the target = samples to it / samples per second under the link, per seed;
+   medians, the ratio to DDP under the same link, and the ceiling: DDP without a link (no method can
+   train faster than DDP whose communication is free).
+
+``--pipeline``: the hybrid pipeline (2 stages) against DDP and balanced data parallelism for
+ResAttNet-18 on 48^3 volumes (synthetic, the ADNI-like cohort's view), under the same links: time per
+training sample and bytes per sample (throughput only: the pipeline's updates equal DDP's).
+
+    python benchmarks/slow_link.py --data-root ../shared/data/mnist --model lenet5 --target 0.98 \\
+        --links unshaped 1gbit 100mbit 10mbit --lrs 0.02 0.05 0.1 --sweep-seeds 0 --seeds 0 1 2
+
+Writes to --out (benchmarks/results/): slow_link_<model>.json (every run), .md (the tables) and .png
+(time to the target per link). Needs root for the links (``ip netns``); without it, ``trajectories`` only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from lightning_hybrid.sim.link import ShapedLink, why_not_shaped  # noqa: E402
+
+#: name -> overrides (their learning rate is swept; momentum 0.9, batch 64 per rank, 2 ranks).
+CONTENDERS = {
+    "ddp": ["strategy=ddp"],
+    "ddp_bf16": ["strategy=ddp_bf16", "strategy.fork_ranks=true"],
+    "powersgd_r2": ["strategy=ddp_powersgd", "strategy.fork_ranks=true"],
+    "powersgd_r4": ["strategy=ddp_powersgd", "strategy.ddp_kwargs.ddp_comm_state.matrix_approximation_rank=4",
+                    "strategy.fork_ranks=true"],
+    "asgd_d1": ["strategy=allreduce_asgd", "strategy.delay=1", "strategy.fork_ranks=true"],
+    "asgd_d2": ["strategy=allreduce_asgd", "strategy.delay=2", "strategy.fork_ranks=true"],
+    **{f"local_h{h}": ["strategy=local_sgd", f"strategy.sync_every={h}", "strategy.delay=1", "strategy.fork_ranks=true"]
+       for h in (8, 32, 64, 128)},
+    **{f"stream_h{h}": ["strategy=local_sgd", f"strategy.sync_every={h}", "strategy.delay=1", "strategy.fragments=4",
+                        "strategy.wire_dtype=bf16", "strategy.fork_ranks=true"] for h in (8, 32, 64)},
+}
+PIPELINE = {
+    "ddp": ["strategy=ddp"],
+    "balanced": ["strategy=balanced", "strategy.fork_ranks=true"],
+    "hybrid_2stages": ["strategy=hybrid", "strategy.placement=uniform", "strategy.fork_ranks=true"],
+}
+BATCH = 64
+RANKS = 2
+
+
+def cli(overrides: list[str], run_dir: Path, link: ShapedLink | None = None, timeout: float = 3600) -> dict:
+    """One run of the CLI (inside ``link``); its CSV log's rows and the bytes the link carried."""
+    command = [sys.executable, "-m", "lightning_hybrid.cli", *overrides, f"hydra.run.dir={run_dir}", "logger=csv",
+               "cpu_threads_per_process=1", "watchdog_s=null", "progress=log"]
+    before = link.bytes_sent if link is not None else 0
+    done = subprocess.run(link.wrap(command) if link is not None else command, capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(overrides)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    rows = []
+    for path in run_dir.glob("csv/*/metrics.csv"):
+        with open(path) as f:
+            rows += list(csv.DictReader(f))
+    return {"rows": rows, "bytes": (link.bytes_sent - before) if link is not None else 0}
+
+
+def base(args: argparse.Namespace) -> list[str]:
+    data = [f"data.root={args.data_root}", "data.val_set=test"] if args.data_root else ["data=synthetic"]
+    model = ["model=mlp", "model.hidden=[4096,4096]", "model.activation=relu"] if args.model == "mlp20m" else \
+        [f"model={args.model}"]
+    return [*data, *model, "trainer.devices=2", f"data.batch_size={BATCH}", "optimizer.momentum=0.9"]
+
+
+def trajectory(args, name: str, lr: float, seed: int, early_stop: bool = True) -> dict:
+    """Test accuracy after each short epoch: [(samples, accuracy)], and the samples to the target (None: never)."""
+    stop = ["callbacks=[epoch_timer,early_stopping]", f"callbacks.early_stopping.stopping_threshold={args.target}",
+            "callbacks.early_stopping.patience=1000"] if early_stop else ["callbacks=[epoch_timer]"]
+    overrides = [*base(args), *CONTENDERS[name], f"optimizer.lr={lr}", f"seed={seed}", f"trainer.max_epochs={args.max_epochs}",
+                 f"trainer.limit_train_batches={args.batches_per_epoch}", "test=false", *stop]
+    run = cli(overrides, args.out / "runs" / f"{args.model}_{name}_lr{lr}_s{seed}{'' if early_stop else '_full'}")
+    per_epoch = sorted({int(r["epoch"]): float(r["val/acc"]) for r in run["rows"] if r.get("val/acc")}.items())
+    curve = [((epoch + 1) * args.batches_per_epoch * BATCH * RANKS, acc) for epoch, acc in per_epoch]
+    reached = next((samples for samples, acc in curve if acc >= args.target), None)
+    return {"name": name, "lr": lr, "seed": seed, "curve": curve, "samples_to_target": reached,
+            "final_acc": curve[-1][1] if curve else None}
+
+
+def throughput(args, name: str, lr: float, link: ShapedLink | None, table: dict) -> dict:
+    overrides = table[name]
+    rounds = [int(o.split("=")[1]) for o in overrides if o.startswith("strategy.sync_every=")]
+    batches = max(args.throughput_batches, 2 * rounds[0] if rounds else 0)
+    run = cli([*(base(args) if table is CONTENDERS else pipeline_base(args)), *overrides, f"optimizer.lr={lr}",
+               "trainer.max_epochs=1", f"trainer.limit_train_batches={batches}", "trainer.limit_val_batches=0", "test=false",
+               "callbacks=[epoch_timer]"],
+              args.out / "runs" / f"{args.model}_{name}_{link.rate if link and link.rate else 'unshaped'}_tp", link=link)
+    seconds = next(float(r["time/epoch_s"]) for r in run["rows"] if r.get("time/epoch_s"))
+    batch = args.pipeline_batch if table is PIPELINE else BATCH
+    samples = batches * batch * (1 if name == "hybrid_2stages" else RANKS)
+    return {"name": name, "link": link.rate if link and link.rate else "unshaped", "samples_per_s": samples / seconds,
+            "bytes_per_sample": run["bytes"] / samples if link is not None else None, "batches": batches}
+
+
+def pipeline_base(args) -> list[str]:
+    return ["model=resattnet3d_18", "data=adni_synthetic", "data.subjects=40", "data.volume_shape=[48,48,48]",
+            "data.image_shape=[48,48,48]", f"data.batch_size={args.pipeline_batch}", "data.cache_dir=null",
+            "trainer.devices=2", "optimizer=adam_mri"]
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--phase", choices=["all", "trajectories", "throughput", "report"], default="all")
+    parser.add_argument("--data-root", default=None, help="MNIST folder (without it: synthetic data)")
+    parser.add_argument("--model", default="lenet5", help="lenet5, or mlp20m (784-4096-4096-10, 20 M parameters)")
+    parser.add_argument("--target", type=float, default=0.98)
+    parser.add_argument("--contenders", nargs="+", default=list(CONTENDERS), choices=list(CONTENDERS))
+    parser.add_argument("--lrs", type=float, nargs="+", default=[0.02, 0.05, 0.1])
+    parser.add_argument("--sweep-seeds", type=int, nargs="+", default=[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--max-epochs", type=int, default=8)
+    parser.add_argument("--batches-per-epoch", type=int, default=256, help="per rank; a sync point ends every "
+                        "local SGD round at an epoch's end, so rounds longer than half an epoch are not rounds")
+    parser.add_argument("--final-epochs", type=int, default=0, help="also train --seeds this many epochs without "
+                        "early stopping, for the final accuracy")
+    parser.add_argument("--links", nargs="+", default=["unshaped", "1gbit", "100mbit", "10mbit"])
+    parser.add_argument("--throughput-batches", type=int, default=100)
+    parser.add_argument("--pipeline", action="store_true", help="the pipeline's table (ResAttNet-18, 48^3) instead")
+    parser.add_argument("--pipeline-batch", type=int, default=4)
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"slow_link_{'pipeline' if args.pipeline else args.model}.json"
+    results = json.loads(path.read_text()) if path.exists() else {"trajectories": [], "throughput": [], "final": []}
+
+    def save() -> None:
+        path.write_text(json.dumps(results, indent=1))
+
+    def best_lr(name: str) -> float:
+        runs = [r for r in results["trajectories"] if r["name"] == name and r["seed"] in args.sweep_seeds]
+        scores = {lr: median([r["samples_to_target"] or float("inf") for r in runs if r["lr"] == lr])
+                  for lr in {r["lr"] for r in runs}}
+        return min(scores, key=lambda lr: (scores[lr], lr)) if scores else args.lrs[0]
+
+    done = {(r["name"], r["lr"], r["seed"]) for r in results["trajectories"]}
+    if not args.pipeline and args.phase in ("all", "trajectories"):
+        for name in args.contenders:
+            for lr in args.lrs:
+                for seed in args.sweep_seeds:
+                    if (name, lr, seed) not in done:
+                        results["trajectories"].append(trajectory(args, name, lr, seed))
+                        save()
+                        print(f"[{name} lr={lr} seed={seed}] {results['trajectories'][-1]['samples_to_target']} samples")
+            lr = best_lr(name)
+            for seed in args.seeds:
+                if (name, lr, seed) not in {(r["name"], r["lr"], r["seed"]) for r in results["trajectories"]}:
+                    results["trajectories"].append(trajectory(args, name, lr, seed))
+                    save()
+                if args.final_epochs and (name, lr, seed) not in {(r["name"], r["lr"], r["seed"]) for r in results["final"]}:
+                    full = trajectory(argparse.Namespace(**{**vars(args), "max_epochs": args.final_epochs}), name, lr, seed,
+                                      early_stop=False)
+                    results["final"].append(full)
+                    save()
+    if args.phase in ("all", "throughput"):
+        reason = why_not_shaped()
+        if reason:
+            raise SystemExit(f"no shaped links here: {reason}")
+        table = PIPELINE if args.pipeline else CONTENDERS
+        names = list(PIPELINE) if args.pipeline else args.contenders
+        for rate in args.links:
+            for name in names:
+                if any(r["name"] == name and r["link"] == rate for r in results["throughput"]):
+                    continue
+                with ShapedLink(None if rate == "unshaped" else rate) as link:
+                    measured = throughput(args, name, 1e-4 if args.pipeline else best_lr(name), link, table)
+                results["throughput"].append(measured)
+                save()
+                print(f"[{name} {rate}] {measured['samples_per_s']:.0f} samples/s, {measured['bytes_per_sample']:.0f} B/sample")
+    report = pipeline_report(args, results) if args.pipeline else accuracy_report(args, results, best_lr)
+    (path.with_suffix(".md")).write_text(report)
+    print(report)
+
+
+def accuracy_report(args, results: dict, best_lr) -> str:
+    rate_of = {(r["name"], r["link"]): r for r in results["throughput"]}
+    lines = [f"Time to {args.target:.0%} test accuracy ({args.model}, 2 ranks, batch {BATCH} each, momentum 0.9), "
+             f"median of seeds {args.seeds}; each contender at its best learning rate of {args.lrs}.", "",
+             "| contender | lr | samples to target (median, range) | reached | final acc | "
+             + " | ".join(f"{link}: s (x DDP)" for link in args.links) + " | bytes/sample |",
+             "|---|---|---|---|---|" + "---|" * len(args.links) + "---|"]
+    times: dict[tuple[str, str], float] = {}
+    for name in args.contenders:
+        lr = best_lr(name)
+        runs = [r for r in results["trajectories"] if r["name"] == name and r["lr"] == lr and r["seed"] in args.seeds]
+        samples = [r["samples_to_target"] for r in runs if r["samples_to_target"]]
+        finals = [r["final_acc"] for r in results["final"] if r["name"] == name and r["lr"] == lr] or \
+                 [r["final_acc"] for r in runs]
+        for link in args.links:
+            measured = rate_of.get((name, link))
+            if measured and len(samples) == len(runs) and runs:
+                times[(name, link)] = median([s / measured["samples_per_s"] for s in samples])
+        cells = []
+        for link in args.links:
+            t, ddp = times.get((name, link)), times.get(("ddp", link))
+            cells.append(f"{t:.1f} ({ddp / t:.2f}x)" if t and ddp else (f"{t:.1f}" if t else "n/a"))
+        shaped = [rate_of[(name, link)]["bytes_per_sample"] for link in args.links
+                  if (name, link) in rate_of and rate_of[(name, link)]["bytes_per_sample"]]
+        spread = f"{min(samples)}-{max(samples)}" if samples else "-"
+        lines.append(f"| {name} | {lr} | {median(samples):.0f} ({spread}) | {len(samples)}/{len(runs)} | "
+                     f"{median([f for f in finals if f is not None]):.4f} | " + " | ".join(cells)
+                     + f" | {median(shaped):.0f} |")
+    ceiling = times.get(("ddp", "unshaped"))
+    if ceiling:
+        lines += ["", "The ceiling (DDP without a link, free communication) and each link's best contender:", ""]
+        for link in args.links:
+            ranked = sorted((t, n) for (n, l), t in times.items() if l == link)
+            if ranked and ("ddp", link) in times:
+                t, n = ranked[0]
+                lines.append(f"- {link}: DDP {times[('ddp', link)]:.1f} s, best {n} {t:.1f} s = "
+                             f"{times[('ddp', link)] / t:.2f}x DDP, {ceiling / t:.2f} of the ceiling ({ceiling:.1f} s)")
+    return "\n".join(lines) + "\n"
+
+
+def pipeline_report(args, results: dict) -> str:
+    lines = ["Pipeline against data parallelism: ResAttNet-18 on 48^3 volumes, 2 ranks, "
+             f"batch {args.pipeline_batch} per rank (the pipeline: 2 stages, the batch in micro-batches).", "",
+             "| contender | " + " | ".join(f"{link}: ms/sample | B/sample" for link in args.links) + " |",
+             "|---|" + "---|---|" * len(args.links)]
+    for name in PIPELINE:
+        cells = []
+        for link in args.links:
+            r = next((r for r in results["throughput"] if r["name"] == name and r["link"] == link), None)
+            cells.append(f"{1000 / r['samples_per_s']:.1f} | {r['bytes_per_sample'] or 0:.0f}" if r else "n/a | n/a")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
