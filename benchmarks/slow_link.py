@@ -57,12 +57,18 @@ CONTENDERS = {
     "powersgd_r2": ["strategy=ddp_powersgd", "strategy.fork_ranks=true"],
     "powersgd_r4": ["strategy=ddp_powersgd", "strategy.ddp_kwargs.ddp_comm_state.matrix_approximation_rank=4",
                     "strategy.fork_ranks=true"],
-    "asgd_d1": ["strategy=allreduce_asgd", "strategy.delay=1", "strategy.fork_ranks=true"],
+    "asgd_d1": ["strategy=allreduce_asgd", "strategy.delay=1", "strategy.fork_ranks=true"],  # momentum 0.9 -> 0.4
+    "asgd_d1_mean_delay": ["strategy=allreduce_asgd", "strategy.delay=1", "strategy.momentum_correction=mean_delay",
+                           "strategy.fork_ranks=true"],
+    "asgd_d1_uncorrected": ["strategy=allreduce_asgd", "strategy.delay=1", "strategy.momentum_correction=null",
+                            "strategy.fork_ranks=true"],
     "asgd_d2": ["strategy=allreduce_asgd", "strategy.delay=2", "strategy.fork_ranks=true"],
-    **{f"local_h{h}": ["strategy=local_sgd", f"strategy.sync_every={h}", "strategy.delay=1", "strategy.fork_ranks=true"]
-       for h in (8, 32, 64, 128)},
-    **{f"stream_h{h}": ["strategy=local_sgd", f"strategy.sync_every={h}", "strategy.delay=1", "strategy.fragments=4",
-                        "strategy.wire_dtype=bf16", "strategy.fork_ranks=true"] for h in (8, 32, 64)},
+    **{f"local_h{h}": ["strategy=local_sgd", f"strategy.sync_every={h}", "strategy.fork_ranks=true"] for h in (8, 32, 64)},
+    "local_h32_d1": ["strategy=local_sgd", "strategy.sync_every=32", "strategy.delay=1", "strategy.fork_ranks=true"],
+    "local_h32_nesterov": ["strategy=local_sgd", "strategy.sync_every=32", "strategy.outer_optimizer=nesterov",
+                           "strategy.fork_ranks=true"],
+    "stream_h32": ["strategy=local_sgd", "strategy.sync_every=32", "strategy.fragments=4", "strategy.wire_dtype=bf16",
+                   "strategy.fork_ranks=true"],
 }
 PIPELINE = {
     "ddp": ["strategy=ddp"],

@@ -81,26 +81,39 @@ def test_delay_zero_equals_ddp(tmp_path, tmp_path_factory):
 
 
 @pytest.mark.parametrize(
-    "delay, compensation, warmup, momentum, scheduler",
+    "delay, compensation, warmup, momentum, scheduler, correction",
     # the plain delayed step; every knob at once (delay 2, DC compensation, 3 warm-up steps,
-    # momentum); and an epoch-interval scheduler, whose change at an epoch's end must not reach the
-    # averages flushed at that epoch's sync point (they were computed at the old rate)
-    [(1, None, 0, 0.0, False), (2, "dc", 3, 0.9, False), (2, None, 0, 0.0, True)],
+    # momentum); an epoch-interval scheduler, whose change at an epoch's end must not reach the
+    # averages flushed at that epoch's sync point (they were computed at the old rate); and the
+    # momentum lowered for the delay (0.9 -> 0.4 by "subtract" at delay 1), the user's restored after
+    [(1, None, 0, 0.0, False, None), (2, "dc", 3, 0.9, False, None), (2, None, 0, 0.0, True, None),
+     (1, None, 0, 0.9, False, "subtract")],
 )
-def test_delayed_application_equals_the_reference(tmp_path, delay, compensation, warmup, momentum, scheduler):
+def test_delayed_application_equals_the_reference(tmp_path, delay, compensation, warmup, momentum, scheduler, correction):
     args = ["--strategy", "asgd", "--delay", str(delay), "--warmup", str(warmup), "--dc-lambda", "0.5",
             "--batch-size", "16", "--epochs", str(EPOCHS), "--momentum", str(momentum)]
     if compensation:
         args += ["--compensation", compensation]
     if scheduler:
         args += ["--scheduler"]
-    run_train_script(tmp_path, *args)
-    expected = reference(delay, compensation, dc_lambda=0.5, warmup=warmup, momentum=momentum, halve_lr_each_epoch=scheduler)
+    if correction:
+        args += ["--momentum-correction", correction]
+    proc = run_train_script(tmp_path, *args)
+    applied = momentum - delay / (1 + delay) if correction == "subtract" else momentum
+    expected = reference(delay, compensation, dc_lambda=0.5, warmup=warmup, momentum=applied, halve_lr_each_epoch=scheduler)
     check_against(tmp_path, expected)
     summary = json.loads((tmp_path / "summary.json").read_text())
     # 8 optimizer steps per epoch; every average is applied exactly once, the last ones at the drain
     assert summary["pushed"] == summary["applied"] == 8 * EPOCHS
     assert summary["global_step"] == 8 * EPOCHS
+    assert summary["momentum"] == momentum  # the optimizer as the user configured it, after fitting
+    if correction:
+        assert f"SGD's momentum {momentum:g} -> {applied:.4g} (momentum_correction={correction}" in proc.stderr
+
+
+def test_momentum_correction_is_checked():
+    with pytest.raises(ValueError, match="momentum_correction must be None or one of"):
+        AllReduceASGDStrategy(momentum_correction="halve")
 
 
 def test_communication_overlaps_computation(tmp_path):

@@ -66,7 +66,7 @@ def test_allreduce_asgd_through_the_cli(tmp_path):
         f"hydra.run.dir={run_dir}", cwd=tmp_path,
     )
     metrics = read_metrics(run_dir)
-    assert {"asgd/compute_s", "asgd/wait_s", "val/acc", "test/acc"} <= set(metrics)
+    assert {"asgd/compute_s", "asgd/wait_s", "asgd/bytes_sent", "val/acc", "test/acc"} <= set(metrics)
 
 
 def test_collective_latency_needs_allreduce_asgd(tmp_path):

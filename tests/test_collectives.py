@@ -164,6 +164,17 @@ def _exercise(rank: int, world: int, init_file: str, out: str) -> None:
     inbox = torch.empty(2, 2)
     collectives.exchange([(torch.full((2, 2), float(rank)), peer)], [(inbox.t(), peer)])
     results["exchanged"] = inbox.tolist()
+
+    class Bucket:  # the part of dist.GradBucket a communication hook reads
+        def __init__(self, values):
+            self.values = values
+
+        def buffer(self):
+            return self.values
+
+    gradients = torch.tensor([1.0 + rank * 2**-9, 3.0 * (rank + 1)])  # 1 + 2^-9 is 1 in bf16 (8 significant bits)
+    averaged = collectives.bf16_wire_hook(None, Bucket(gradients)).wait()
+    results["bf16_wire"] = (averaged.dtype, averaged.tolist(), averaged is gradients)
     torch.save(results, f"{out}/rank{rank}.pt")
     dist.destroy_process_group()
 
@@ -180,4 +191,6 @@ def test_collectives_on_two_gloo_processes(tmp_path):
         assert r["all_reduce"] == [3.0, 3.0, 3.0] and r["pending"] == [1.0, 1.0]
         assert r["objects"] == [{"rank": 0}, {"rank": 1}] and r["object"] == "from 0"
         assert r["exchanged"] == [[float(1 - rank)] * 2] * 2
+        # DDP's bf16 hook: averaged in bf16 (fp32 would give 1 + 2^-10), written back into the fp32 bucket
+        assert r["bf16_wire"] == (torch.float32, [1.0, 4.5], True)
 

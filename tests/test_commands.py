@@ -27,8 +27,11 @@ from conftest import clean_env
 pytestmark = pytest.mark.multiprocess
 
 COMMAND = Path(sys.executable).with_name("lightning-hybrid")
-ALIASES = ("ddp", "ssp", "ssp_async", "ssp_bounded", "balanced", "allreduce_asgd", "allreduce_asgd_dc", "cneural",
-           "hybrid")
+ALIASES = ("ddp", "ssp", "ssp_async", "ssp_bounded", "balanced", "allreduce_asgd", "allreduce_asgd_dc", "local_sgd",
+           "cneural", "hybrid")
+#: The other strategies of the command line (its configs), in a batch job only: the terminal's progress bar
+#: is the same code under every strategy.
+CONFIGS = ("ddp_bf16", "ddp_powersgd", "ddp_spawn")
 #: A few batches of MNIST-shaped synthetic data (no download), two epochs: the epoch's end, where the
 #: metrics are synchronised and checkpoints written, is met twice.
 SMALL = ("trainer.max_epochs=2", "trainer.limit_train_batches=4", "trainer.limit_val_batches=2",
@@ -96,8 +99,8 @@ def run_command(args: list[str], cwd: Path, terminal: bool) -> tuple[int, str]:
 
 
 @pytest.mark.skipif(not COMMAND.is_file(), reason=f"the lightning-hybrid command is not installed beside {sys.executable}")
-@pytest.mark.parametrize("output", ["file", "terminal"])
-@pytest.mark.parametrize("alias", ALIASES)
+@pytest.mark.parametrize("alias, output", [(alias, output) for alias in ALIASES for output in ("file", "terminal")]
+                         + [(config, "file") for config in CONFIGS])
 def test_every_alias_finishes_as_users_type_it(tmp_path, alias, output):
     returncode, text = run_command([f"strategy={alias}", "trainer.devices=2", *SMALL, f"hydra.run.dir={tmp_path / 'run'}"],
                                    tmp_path, terminal=output == "terminal")
@@ -108,3 +111,9 @@ def test_every_alias_finishes_as_users_type_it(tmp_path, alias, output):
         assert "epoch 2/2  done" in text, "the log-line progress at each epoch's end"
     else:
         assert "Epoch 1:" in text and "it/s]" in text, "Lightning's progress bar"
+
+
+def test_every_training_strategy_of_the_command_line_is_run_above():
+    configs = {path.stem for path in (Path(__file__).parents[1] / "configs" / "strategy").glob("*.yaml")}
+    not_training = {"single", "partitioned_inference"}  # one process; prediction (tests/test_partitioned_inference.py)
+    assert configs - not_training == set(ALIASES) | set(CONFIGS), "a strategy config neither run nor exempted"

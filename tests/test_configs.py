@@ -117,12 +117,12 @@ def test_experiment_overrides_defaults(tmp_path):
 def suite_aliases() -> dict[str, tuple[type, dict]]:
     """Every strategy alias the suite registers with Lightning: its class and the settings it stands for."""
     from lightning_hybrid.strategies import (
-        AllReduceASGDStrategy, BalancedDataParallelStrategy, CNeuralStrategy, HybridParallelStrategy,
+        AllReduceASGDStrategy, BalancedDataParallelStrategy, CNeuralStrategy, HybridParallelStrategy, LocalSGDStrategy,
         PartitionedInferenceStrategy, SSPStrategy,
     )
 
-    classes = (SSPStrategy, CNeuralStrategy, AllReduceASGDStrategy, HybridParallelStrategy, PartitionedInferenceStrategy,
-               BalancedDataParallelStrategy)
+    classes = (SSPStrategy, CNeuralStrategy, AllReduceASGDStrategy, LocalSGDStrategy, HybridParallelStrategy,
+               PartitionedInferenceStrategy, BalancedDataParallelStrategy)
     return {name: (cls, params) for cls in classes for name, (_, params) in cls.aliases.items()}
 
 

@@ -183,8 +183,8 @@ MID_EPOCH = ("ddp", "balanced", "allreduce_asgd", "hybrid")
 
 
 @pytest.mark.multiprocess
-@pytest.mark.parametrize("strategy", ["ddp", "ssp"])  # a mid-epoch resume and an epoch repeated; every strategy's
-# stop and exact resume is in tests/test_fault_matrix.py
+@pytest.mark.parametrize("strategy", ["ddp"])  # SLURM's requeue path; every strategy's stop and exact resume
+# (the parameter servers' repeated epoch included) is in tests/test_fault_matrix.py
 def test_slurm_requeue_signal_checkpoints_requeues_and_the_restarted_job_continues(tmp_path, strategy):
     scontrol = stand_in_scontrol(tmp_path / "bin")
     settings = [o for o in STRATEGIES[strategy] if "fork_ranks" not in o]  # SLURM starts every rank

@@ -272,7 +272,7 @@ def main() -> None:
     parser.add_argument("--step-scheduler", action="store_true", help="StepLR(step_size=1, gamma=0.5) per step")
     parser.add_argument("--delay", type=int, default=1, help="AllReduceASGDStrategy / LocalSGDStrategy delay")
     parser.add_argument("--sync-every", type=int, default=4, help="LocalSGDStrategy sync_every")
-    parser.add_argument("--outer", default="nesterov", help="LocalSGDStrategy outer_optimizer")
+    parser.add_argument("--outer", default="average", help="LocalSGDStrategy outer_optimizer")
     parser.add_argument("--fragments", type=int, default=1, help="LocalSGDStrategy fragments")
     parser.add_argument("--compensation", default=None)
     parser.add_argument("--momentum-correction", default=None, help="AllReduceASGDStrategy: none (default here) | mean_delay | subtract")
@@ -419,6 +419,7 @@ def main() -> None:
         summary = {
             "val_acc": validated["val/acc"], "predictions": predictions.numel(), "global_step": trainer.global_step,
             "lr": trainer.optimizers[0].param_groups[0]["lr"], "epoch_times": timer.epoch_times,
+            "momentum": trainer.optimizers[0].param_groups[0].get("momentum"),
         }
         if isinstance(strategy, AllReduceASGDStrategy):
             summary.update(pushed=strategy.pushed, applied=strategy.applied)

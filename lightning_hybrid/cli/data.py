@@ -23,7 +23,7 @@ def data_command(argv: list[str]) -> None:
     like = commands.add_parser("make-adni-like", help="an ADNI-like cohort from real anatomy (Colin27, AAL) in "
                                "ClinicaDL's layout: CAPS t1-linear images, atrophy masks, TSVs, split folders")
     like.add_argument("out", help="folder to write caps/, labels.tsv, split/ and truth.tsv into")
-    like.add_argument("--subjects", type=int, default=240, help="subjects in all, split evenly over the diagnoses")
+    like.add_argument("--subjects", type=int, default=300, help="subjects in all, split evenly over the diagnoses")
     like.add_argument("--diagnoses", nargs="+", default=["AD", "CN"], help="e.g. AD CN, or pMCI sMCI, or AD CN sMCI pMCI")
     like.add_argument("--seed", type=int, default=0)
     like.add_argument("--hippocampus-mm", type=float, default=None, help="hippocampal boundary moved inwards at severity 1")

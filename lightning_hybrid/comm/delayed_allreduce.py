@@ -140,6 +140,9 @@ class DelayedAllReduce:
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="delayed-allreduce") if latency_s > 0 else None
         #: Seconds spent blocked waiting for collectives to finish (the communication not hidden).
         self.wait_s = 0.0
+        #: Bytes of gradients this rank has handed to its all-reduces (the payload; a ring all-reduce puts
+        #: ``2 (world - 1) / world`` times that on each rank's link).
+        self.bytes_sent = 0
         #: The learning rates pushed with the average last written into ``.grad`` (None if not given).
         self.loaded_lrs: list[float] | None = None
 
@@ -173,6 +176,7 @@ class DelayedAllReduce:
         buckets, works = [], []
         for indices in self.bucket_indices:
             bucket = flatten(gradients([self.params[i] for i in indices]))
+            self.bytes_sent += bucket.numel() * bucket.element_size()
             buckets.append(bucket)
             works.append(self._all_reduce(bucket))
         weights = self._flat_weights() if self.compensation == "dc" else None

@@ -111,14 +111,14 @@ class LocalSGD:
         params: the model's parameters, in the same order on every rank.
         sync_every: ``H``, inner steps per round.
         delay: rounds between ending a round and applying its average (0: at once).
-        outer: ``"nesterov"`` (SGD with Nesterov momentum, DiLoCo's) or ``"average"`` (plain averaging).
+        outer: ``"average"`` (plain averaging) or ``"nesterov"`` (SGD with Nesterov momentum, DiLoCo's).
         outer_lr, outer_momentum: the Nesterov outer optimizer's rate and momentum (DiLoCo: 0.7, 0.9).
         fragments: ``F``, parts of the model synchronised in turn.
         wire_dtype: ``"fp32"`` or ``"bf16"``: the pseudo-gradients' dtype in the all-reduce.
         group: the process group (a group of its own: the averages run in the background).
     """
 
-    def __init__(self, params: Sequence[torch.Tensor], sync_every: int, delay: int = 0, outer: str = "nesterov",
+    def __init__(self, params: Sequence[torch.Tensor], sync_every: int, delay: int = 0, outer: str = "average",
                  outer_lr: float = 0.7, outer_momentum: float = 0.9, fragments: int = 1, wire_dtype: str = "fp32",
                  group: dist.ProcessGroup | None = None) -> None:
         validate(sync_every, delay, outer, outer_lr, outer_momentum, fragments, wire_dtype)

@@ -24,7 +24,7 @@ scored against) and its brain mask, and the cohort gets ClinicaDL's TSVs: ``labe
 ``split/train_baseline.tsv``, ``split/test_baseline.tsv``, ``split/<k>_fold/split-<i>/...``, and
 ``truth.tsv`` (each session's severity and hippocampal and ventricular volumes).
 
-    lightning-hybrid data make-adni-like OUT --subjects 240
+    lightning-hybrid data make-adni-like OUT --subjects 300
 
 Nothing here knows Lightning; it uses torch, numpy, scipy, nibabel and MONAI.
 """
