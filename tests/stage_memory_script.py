@@ -39,13 +39,21 @@ class BlockStack(pl.LightningModule):
         self.width, self.count, self.build, self.lr = width, count, build, lr
         self.losses: list[float] = []
         if build == "init":
-            torch.manual_seed(1)
-            self.net = make_blocks(width, count)
+            self._build()
 
     def configure_model(self) -> None:
         if self.build == "configure" and not hasattr(self, "net"):
-            torch.manual_seed(1)
-            self.net = make_blocks(self.width, self.count)
+            self._build()
+
+    def _build(self) -> None:
+        torch.manual_seed(1)
+        self.net = make_blocks(self.width, self.count)
+        for block in self.net:  # initialisation of its own after building the blocks, as 3D-ResAttNet's
+            self.init_weights(block)
+
+    def init_weights(self, block: nn.Module) -> None:
+        """The hook a pipeline stage built on the meta device replays after reset_parameters()."""
+        nn.init.normal_(block.weight, std=0.05)
 
     def forward(self, x):
         return self.net(x)

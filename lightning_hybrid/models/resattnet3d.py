@@ -50,6 +50,10 @@ class ResidualSelfAttention3d(nn.Module):
         self.value = nn.Conv3d(channels, channels, 1)
         self.gamma = nn.Parameter(torch.zeros(1))
 
+    def reset_parameters(self) -> None:
+        """``gamma`` back to 0 (the block as identity); its convolutions reset themselves."""
+        nn.init.zeros_(self.gamma)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, c = x.shape[:2]
         q = self.query(x).flatten(2).transpose(1, 2)  # (b, n, inner)
@@ -136,6 +140,13 @@ class ResAttNet3D(nn.Sequential):
         super().__init__(blocks)
         self.depth = depth
         self.num_classes = num_classes
-        for module in self.modules():
+        self.init_weights()
+
+    def init_weights(self, block: nn.Module | None = None) -> None:
+        """Kaiming-normal convolution weights (fan-out, as ResNet's), of ``block`` (one of the blocks) or
+        of every block. ``__init__`` calls it after building them all; a pipeline stage built on the meta
+        device (``configure_model()``) calls it for each block after ``reset_parameters()``, so that its
+        values are those of ``__init__``."""
+        for module in (block if block is not None else self).modules():
             if isinstance(module, nn.Conv3d):
                 nn.init.kaiming_normal_(module.weight, mode="fan_out", nonlinearity="relu")

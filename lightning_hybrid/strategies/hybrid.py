@@ -24,7 +24,7 @@ from lightning_hybrid.comm.collectives import all_gather_object, broadcast_objec
 from lightning_hybrid.comm.delayed_allreduce import DelayedAllReduce
 from lightning_hybrid.devices import Device, PeakMemory, devices_from_config, devices_in_flops, free_memory, probe_speed
 from lightning_hybrid.pipeline import Mesh, PipelineParallel, StageModule, pipeline_blocks, pipeline_inputs, pipeline_loss
-from lightning_hybrid.pipeline.materialize import free, is_freed, materialize, meta_copy
+from lightning_hybrid.pipeline.materialize import free, is_freed, meta_copy
 from lightning_hybrid.pipeline.schedules import SCHEDULES
 from lightning_hybrid.placement import METHODS, Placement, plan, profile_blocks
 from lightning_hybrid.placement.figure import format_placement, placement_figure
@@ -393,12 +393,11 @@ class HybridParallelStrategy(StageOnlyState, common.RoutedEvaluation, common.Unw
         self.placement, self.lightning_module._pipelined = placement, True  # no second fit of it (check_trainer)
         self.mesh = Mesh(self.pipeline_stages, self.data_parallel, tuple(placement.device_order))
         stage = self.placement.stages[self.mesh.stage_of(self.global_rank)]
-        blocks = [block for _, block in pipeline_blocks(self.lightning_module).named_children()]
+        names, blocks = zip(*pipeline_blocks(self.lightning_module).named_children())
         own = range(stage.start, stage.stop)
         with torch.inference_mode(False):  # the first batch may be the sanity check's, under inference mode
-            if any(is_freed(block) for block in blocks):
-                materialize(blocks, own, "cpu", self._init_states)  # model_to_device moves it on
-            else:
+            self._stage_blocks(list(blocks), list(names), own)
+            if not any(is_freed(block) for block in blocks):
                 others = [block for index, block in enumerate(blocks) if index not in own]
                 freed = [param for block in others for param in block.parameters()]
                 for block in others:

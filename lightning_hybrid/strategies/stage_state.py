@@ -17,7 +17,7 @@ from lightning_fabric.utilities.device_dtype_mixin import _update_properties
 
 from lightning_hybrid.comm.collectives import broadcast_, broadcast_object
 from lightning_hybrid.pipeline import pipeline_blocks
-from lightning_hybrid.pipeline.materialize import RecordRandomState, is_freed
+from lightning_hybrid.pipeline.materialize import NoteInitialisation, RecordRandomState, check_ties, is_freed, materialize
 from lightning_hybrid.strategies import common
 
 
@@ -31,10 +31,23 @@ class StageOnlyState:
     def tensor_init_context(self, empty_init: bool | None = None) -> Generator[None, None, None]:
         """``configure_model()`` (and ``trainer.init_module()``) create the model on the meta device;
         each rank materialises its own stage at setup, each module from the random state noted at its
-        creation here (:class:`~lightning_hybrid.pipeline.materialize.RecordRandomState`)."""
-        with RecordRandomState() as recorded, torch.device("meta"):
+        creation here (:class:`~lightning_hybrid.pipeline.materialize.RecordRandomState`), then by the
+        model's ``init_weights(block)`` where it has one; initialisation done in ``__init__`` outside
+        ``reset_parameters()`` without that hook is warned about, naming the tensors."""
+        with RecordRandomState() as recorded, NoteInitialisation() as noted, torch.device("meta"):
             yield
-        self._init_states = recorded.states
+        self._init_states, self._init_noted = recorded.states, noted
+
+    def _stage_blocks(self, blocks: list[torch.nn.Module], names: list[str], own: range) -> None:
+        """This rank's blocks of a model whose stages are ``placement``'s: ties across stages refused;
+        a model built on the meta device materialised (its ``init_weights`` hook, if any, replayed)."""
+        check_ties(blocks, [range(stage.start, stage.stop) for stage in self.placement.stages], names)
+        if any(is_freed(block) for block in blocks):
+            container = pipeline_blocks(self.lightning_module)
+            hook = getattr(container, "init_weights", None) or getattr(self.lightning_module, "init_weights", None)
+            if getattr(self, "_init_noted", None) is not None and self.global_rank == 0:
+                self._init_noted.warn_unreplayed(container, hooked=callable(hook))
+            materialize(blocks, own, "cpu", self._init_states, init_weights=hook)  # model_to_device moves it on
 
     @property
     def restore_checkpoint_after_setup(self) -> bool:
