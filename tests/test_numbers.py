@@ -1,6 +1,6 @@
 """The figures of the strategy table (README.md and the site's docs/_snippets/strategy_table.md) come
 from the tables they summarise: paper 000's recipe (the LeNet-5 grid at 98 % and its rerun with learning
-curves) and the hybrid page's benchmark table. A rerun that changes a table fails here until the
+curves), the hybrid page's benchmark table and the slow-link table on the local SGD page. A rerun that changes a table fails here until the
 summary says the same."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 ZHANG = (ROOT / "recipes" / "zhang2017_delay_sync" / "README.md").read_text()
 HYBRID = (ROOT / "docs" / "strategies" / "hybrid.md").read_text()
+LINK = (ROOT / "docs" / "strategies" / "local-sgd.md").read_text()
 SUMMARIES = [ROOT / "README.md", ROOT / "docs" / "_snippets" / "strategy_table.md"]
 
 
@@ -46,7 +47,16 @@ def expected_figures() -> dict[str, list[str]]:
     hybrid = [r for r in table_after(HYBRID, "### Against what you would pick instead") if r["vs DDP"]]
     two_ranks = [r for r in hybrid if r["scenario"] in ("2 equal ranks", "speeds [1, 2]", "real contention on rank 1")]
     (four,) = [r for r in hybrid if r["scenario"] == "speeds [1, 1, 2, 2]" and r["contender"] == "hybrid"]
+    link = {r["contender"]: r for r in table_after(LINK, "## Measured through a real slow link")}
+
+    def vs_ddp(contender: str, column: str) -> str:
+        return re.search(r"\(([\d.]+x)\)", link[contender][column]).group(1)
+
     return {
+        "AllReduceASGDStrategy": [f"{vs_ddp('asgd_d1', '100mbit: s (x DDP)')} at 100 Mbit/s",
+                                  f"{vs_ddp('asgd_d1', '10mbit: s (x DDP)')} at 10 Mbit/s"],
+        "LocalSGDStrategy": [f"{vs_ddp('local_h32', '100mbit: s (x DDP)')} sooner at 100 Mbit/s",
+                             f"{vs_ddp('local_h64', '10mbit: s (x DDP)')} at 10 Mbit/s"],
         "BalancedDataParallelStrategy": [f"{span([factor(r['balanced']) for r in persistent])} sooner with one rank slow",
                                          f"({span([factor(r['balanced']) for r in none])})"],
         "SSPStrategy": [f"{span([factor(r['ssp']) for r in persistent])} sooner with one rank slow",
