@@ -1,7 +1,9 @@
-"""Lightning callbacks of the suite: epoch timing, peak memory and simulated heterogeneity."""
+"""Lightning callbacks of the suite: epoch timing, peak memory, simulated heterogeneity, progress lines and
+CSV logs continued across spawned stages."""
 
 from __future__ import annotations
 
+import csv
 import logging
 import multiprocessing
 import os
@@ -15,6 +17,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from lightning_hybrid.devices import PeakMemory
+from lightning_hybrid.say import say
 
 from lightning_hybrid.sim.contention import check_cores
 from lightning_hybrid.sim.slowdown import SlowBatches, StepStretcher, check_where
@@ -378,7 +381,7 @@ class ProgressLog(pl.Callback):
         now = time.perf_counter()
         if trainer.is_global_zero and now - self._last >= self.every_s:
             self._last = now
-            log.info(self._line(trainer, batch_idx))
+            say(log, self._line(trainer, batch_idx))
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # Every rank reads the metrics, rank 0 prints them: at an epoch's end a read computes the epoch's
@@ -387,4 +390,23 @@ class ProgressLog(pl.Callback):
         # forever. Within an epoch a read returns the step values, already synchronised when logged.
         line = self._line(trainer, None)
         if trainer.is_global_zero:
-            log.info(line)
+            say(log, line)
+
+
+class ContinueCSVLog(pl.Callback):
+    """Lightning's ``CSVLogger`` re-created in a new process over the ``metrics.csv`` an earlier stage
+    wrote (``strategy=ddp_spawn`` spawns its ranks afresh for ``trainer.test`` after ``fit``) does not know
+    that file's columns, and its first rewrite of the header fails ("dict contains fields not in
+    fieldnames"): at each stage's setup, rank 0's writer gets them back. The CLI adds it."""
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if not trainer.is_global_zero:
+            return
+        for logger in trainer.loggers:
+            if type(logger).__name__ != "CSVLogger":
+                continue
+            writer = logger.experiment
+            path = getattr(writer, "metrics_file_path", None)
+            if path and not writer.metrics_keys and os.path.isfile(path):
+                with open(path, newline="") as f:
+                    writer.metrics_keys = sorted(next(csv.reader(f), []))

@@ -20,17 +20,20 @@ so under ``hybrid`` its bubbles count as the stages' own work).
 
 from __future__ import annotations
 
+import logging
 import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytorch_lightning as pl
-from pytorch_lightning.utilities.rank_zero import rank_zero_info
 import torch.distributed as dist
 
 from lightning_hybrid.comm.collectives import all_gather_object
+from lightning_hybrid.say import say
 from lightning_hybrid.strategies.meeting import meeting
+
+log = logging.getLogger(__name__)
 
 
 #: A rank whose own work per sample is at least this many times the others' median is slow.
@@ -186,9 +189,8 @@ class StragglerReport(pl.Callback):
                 # The same gathered values on every rank: a max over ranks changes nothing and spares
                 # Lightning's "use sync_dist=True" warning for each of them.
                 pl_module.log(f"straggler/rank{rank}/{name}", value, on_epoch=True, sync_dist=True, reduce_fx="max")
-        # Through Lightning's logger, as its own messages: said in a plain script too (Lightning gives its
-        # logger a handler where nothing configured logging), and once under the CLI's logging.
-        rank_zero_info(finding.line(trainer.current_epoch))
+        if trainer.is_global_zero:  # said in a plain script too, where nothing configured logging
+            say(log, finding.line(trainer.current_epoch))
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         meeting(trainer).forget(self._record_check)

@@ -11,7 +11,7 @@ from torch import nn
 
 from lightning_hybrid.models.resattnet3d import ResAttNet3D
 from lightning_hybrid.pipeline.materialize import (
-    NoteInitialisation, RecordRandomState, check_ties, is_freed, materialize, tied_parameters,
+    NoteInitialisation, RecordRandomState, check_ties, init_weights_hook, is_freed, materialize, tied_parameters,
 )
 
 
@@ -84,3 +84,15 @@ def test_ties_across_stages_are_refused_naming_them_and_kept_within_a_stage():
     assert blocks[2].weight is blocks[0].weight, "to_empty unties; materialize ties them again"
     for value, want in zip(model.state_dict().values(), whole.state_dict().values()):
         torch.testing.assert_close(value, want, rtol=0, atol=0)
+
+
+def test_the_hook_is_found_on_the_blocks_or_the_module_and_must_take_a_block():
+    class Whole(nn.Module):
+        def init_weights(self, buffer_device=None):  # torchtitan's whole-model signature
+            pass
+
+    model = small_resattnet()
+    assert init_weights_hook(nn.Sequential(), model) == model.init_weights
+    assert init_weights_hook(nn.Sequential(), nn.Linear(1, 1)) is None
+    with pytest.raises(TypeError, match=r"Whole.init_weights\(buffer_device=None\) takes no `block`"):
+        init_weights_hook(Whole(), model)

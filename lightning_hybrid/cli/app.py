@@ -34,7 +34,7 @@ from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from lightning_hybrid import namespace
 from lightning_hybrid.classifier import ClassifierModule
-from lightning_hybrid.callbacks import HeterogeneitySimulator, ProgressLog
+from lightning_hybrid.callbacks import ContinueCSVLog, HeterogeneitySimulator, ProgressLog
 from lightning_hybrid.cli.relaunch import child_ranks_rerun_this_job, in_multirun
 from lightning_hybrid.cli.resume import compared_config, record_end, record_start, resolve_ckpt_path
 from lightning_hybrid.cli.slurm import submitit_task_as_rank, task_threads  # also registers ${lh_slurm:...}
@@ -124,6 +124,7 @@ def build_callbacks(cfg: DictConfig, datamodule: Any = None) -> list[pl.Callback
         callbacks.append(ProgressLog(every_s=float(cfg.get("progress_every_s", 30))))
     if cfg.get("watchdog_s") is not None:
         callbacks.append(Watchdog(timeout_s=float(cfg.watchdog_s), setting=f"watchdog_s={cfg.watchdog_s}"))
+    callbacks.append(ContinueCSVLog())
     return callbacks
 
 

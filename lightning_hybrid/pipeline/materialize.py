@@ -29,6 +29,7 @@ on the meta device, and meta copies for planning.
 from __future__ import annotations
 
 import copy
+import inspect
 import sys
 import warnings
 from collections.abc import Callable, Iterable, Sequence
@@ -144,6 +145,21 @@ class NoteInitialisation:
                 "initialisation for one of its blocks (ResAttNet3D's is an example); it is called after "
                 "materialising them", stacklevel=2)
         return names
+
+
+def init_weights_hook(*owners: Any) -> Callable[[nn.Module], None] | None:
+    """The first owner's ``init_weights(block)`` method (None: none has one); a method of that name that
+    takes no ``block`` (torchtitan's ``init_weights(buffer_device)``, a whole-model one) is refused."""
+    for owner in owners:
+        hook = getattr(owner, "init_weights", None)
+        if callable(hook):
+            if "block" not in inspect.signature(hook).parameters:
+                raise TypeError(
+                    f"a pipeline stage built on the meta device calls init_weights(block) for each of its blocks after "
+                    f"materialising them; {type(owner).__name__}.init_weights{inspect.signature(hook)} takes no `block`: "
+                    "give it that parameter (initialise that block only), or rename the method")
+            return hook
+    return None
 
 
 def tied_parameters(blocks: Sequence[nn.Module]) -> list[list[tuple[int, str]]]:

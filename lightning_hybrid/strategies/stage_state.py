@@ -17,7 +17,9 @@ from lightning_fabric.utilities.device_dtype_mixin import _update_properties
 
 from lightning_hybrid.comm.collectives import broadcast_, broadcast_object
 from lightning_hybrid.pipeline import pipeline_blocks
-from lightning_hybrid.pipeline.materialize import NoteInitialisation, RecordRandomState, check_ties, is_freed, materialize
+from lightning_hybrid.pipeline.materialize import (
+    NoteInitialisation, RecordRandomState, check_ties, init_weights_hook, is_freed, materialize,
+)
 from lightning_hybrid.strategies import common
 
 
@@ -44,7 +46,7 @@ class StageOnlyState:
         check_ties(blocks, [range(stage.start, stage.stop) for stage in self.placement.stages], names)
         if any(is_freed(block) for block in blocks):
             container = pipeline_blocks(self.lightning_module)
-            hook = getattr(container, "init_weights", None) or getattr(self.lightning_module, "init_weights", None)
+            hook = init_weights_hook(container, self.lightning_module)
             if getattr(self, "_init_noted", None) is not None and self.global_rank == 0:
                 self._init_noted.warn_unreplayed(container, hooked=callable(hook))
             materialize(blocks, own, "cpu", self._init_states, init_weights=hook)  # model_to_device moves it on
