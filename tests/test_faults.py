@@ -136,20 +136,6 @@ def test_cneural_with_continue_ends_with_the_parameters_of_a_run_without_the_fau
 
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads process states from /proc (Linux)")
-@pytest.mark.parametrize("strategy, lag", [("balanced", 1), ("asgd", 2)])
-def test_sigterm_stops_every_rank_at_the_same_batch(tmp_path, strategy, lag):
-    """These strategies read rank 0's SIGTERM flag a batch (AllReduceASGD: the delay + 1) after it was
-    broadcast, so that a fast rank does not wait for the broadcast: rank 0 preempted as batch 3 starts
-    (its flag goes out with batch 4) stops every rank after batch 4 + lag, cleanly, and the run ends.
-    (Ranks started by re-running the script, to which the launcher forwards the signal.)"""
-    run_train_script(tmp_path, "--strategy", strategy, "--sigterm-step", "3", "--epochs", "2", fork_ranks=False,
-                     timeout=120)
-    trained = [int((tmp_path / f"sigterm_rank{r}.txt").read_text()) for r in (0, 1)]
-    assert trained == [4 + lag] * 2, trained
-    assert not [role for role, pid in pids(tmp_path).items() if alive(pid)], "a process outlived the run"
-
-
-@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads process states from /proc (Linux)")
 def test_a_killed_server_shard_ends_the_run_naming_it(tmp_path):
     proc = run_train_script(tmp_path, "--strategy", "ssp", "--staleness", "2", "--timeout", "30", "--servers", "2",
                             "--kill-server-step", "3", "--kill-shard", "1", check=False, timeout=120)
