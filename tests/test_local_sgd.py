@@ -13,6 +13,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from conftest import free_port
+from test_delayed_allreduce import batches, make_model  # the same model and per-rank batches
 
 from lightning_hybrid.comm.delayed_allreduce import DelayedAllReduce
 from lightning_hybrid.comm.flat import copy_into, flatten
@@ -27,16 +28,6 @@ SETTINGS = {
     "streaming_bf16": (4, 2, "nesterov", 2, "bf16", (9,)),
     "rounds_only": (3, 0, "nesterov", 1, "fp32", ()),
 }
-
-
-def batches(rank: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(1000 * rank + step)
-    return torch.randn(8, 5, generator=g), torch.randn(8, 2, generator=g)
-
-
-def make_model() -> torch.nn.Module:
-    torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(5, 4), torch.nn.Tanh(), torch.nn.Linear(4, 2))
 
 
 def inner_optimizer(model: torch.nn.Module) -> torch.optim.Optimizer:

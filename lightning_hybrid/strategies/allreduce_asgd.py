@@ -11,7 +11,6 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
-import torch.distributed as dist
 from pytorch_lightning.trainer.states import TrainerFn
 from pytorch_lightning.utilities.rank_zero import rank_zero_info, rank_zero_warn
 
@@ -115,7 +114,6 @@ class AllReduceASGDStrategy(common.UnwrappedDDPStrategy):
         #: Simulated latency added to each collective (set by lightning_hybrid.sim).
         self.collective_latency_s = 0.0
         self.exchange: DelayedAllReduce | None = None
-        self._group: dist.ProcessGroup | None = None
         self._steps = 0
         #: Averages started (one per optimizer step) and applied, over the whole fit.
         self.pushed = 0
@@ -162,13 +160,9 @@ class AllReduceASGDStrategy(common.UnwrappedDDPStrategy):
         super().setup(trainer)
         if trainer.state.fn != TrainerFn.FITTING:
             return
-        self.check_trainer(trainer, self.lightning_module)
-        optimizer = common.single_optimizer("AllReduceASGDStrategy", self.optimizers)
-        if self._group is None:
-            self._group = dist.new_group(backend=self._get_process_group_backend())
-        params = [p for group in optimizer.param_groups for p in group["params"]]
+        optimizer, params = self.setup_exchange(trainer)
         self.exchange = DelayedAllReduce(
-            params, self.delay, self.bucket_size_mb, group=self._group, compensation=self.compensation,
+            params, self.delay, self.bucket_size_mb, group=self.exchange_group, compensation=self.compensation,
             dc_lambda=self.dc_lambda, latency_s=self.collective_latency_s,
         )
         self._steps = self.pushed = self.applied = 0

@@ -406,8 +406,20 @@ class UnwrappedDDPStrategy(CheckedDDPStrategy):
     :class:`SyncPoints` hooks, and call :meth:`attach_sync_points` when fitting is set up.
     """
 
+    #: The exchange's process group (its own: its collectives run in the background), made once.
+    exchange_group: Any = None
+
     def _setup_model(self, model: torch.nn.Module) -> torch.nn.Module:
         return model  # no DDP wrapper
+
+    def setup_exchange(self, trainer: pl.Trainer) -> tuple[torch.optim.Optimizer, list[torch.Tensor]]:
+        """A fit's checks (:meth:`check_trainer`), then its one optimizer and that optimizer's
+        parameters, in the order every rank shares; :attr:`exchange_group` made on first use."""
+        self.check_trainer(trainer, self.lightning_module)
+        optimizer = single_optimizer(type(self).__name__, self.optimizers)
+        if self.exchange_group is None:
+            self.exchange_group = torch.distributed.new_group(backend=self._get_process_group_backend())
+        return optimizer, [p for group in optimizer.param_groups for p in group["params"]]
 
     def _register_ddp_hooks(self) -> None:
         """No DDP wrapper, hence no DDP communication hooks to register."""

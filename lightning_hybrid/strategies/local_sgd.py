@@ -11,7 +11,6 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
-import torch.distributed as dist
 from pytorch_lightning.trainer.states import TrainerFn
 from pytorch_lightning.utilities.rank_zero import rank_zero_warn
 
@@ -83,7 +82,6 @@ class LocalSGDStrategy(common.UnwrappedDDPStrategy):
         self.sync_every, self.delay, self.fragments, self.wire_dtype = sync_every, delay, fragments, wire_dtype
         self.outer_optimizer, self.outer_lr, self.outer_momentum = outer_optimizer, outer_lr, outer_momentum
         self.local: LocalSGD | None = None
-        self._group: dist.ProcessGroup | None = None
         self._restored: dict[str, Any] | None = None  # from a checkpoint: LocalSGD's state and this rank's own
 
     # ------------------------------------------------------------------ checks
@@ -101,13 +99,9 @@ class LocalSGDStrategy(common.UnwrappedDDPStrategy):
         super().setup(trainer)
         if trainer.state.fn != TrainerFn.FITTING:
             return
-        self.check_trainer(trainer, self.lightning_module)
-        optimizer = common.single_optimizer("LocalSGDStrategy", self.optimizers)
-        if self._group is None:
-            self._group = dist.new_group(backend=self._get_process_group_backend())
-        params = [p for group in optimizer.param_groups for p in group["params"]]
+        _, params = self.setup_exchange(trainer)
         self.local = LocalSGD(params, self.sync_every, self.delay, self.outer_optimizer, self.outer_lr,
-                              self.outer_momentum, self.fragments, self.wire_dtype, group=self._group)
+                              self.outer_momentum, self.fragments, self.wire_dtype, group=self.exchange_group)
         if self._restored is not None:
             self.local.load_state_dict(self._restored["local"])
         self.attach_sync_points(trainer)
