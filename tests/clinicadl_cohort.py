@@ -100,3 +100,65 @@ def make_cohort(root: Path) -> dict:
 def keys(names: set[str]) -> set[str]:
     """The subject keys of BIDS participant names."""
     return {subject_key(n) for n in names}
+
+
+# The split folders each ClinicaDL generation writes, recorded from its source (file names, folders,
+# columns), for the cohort's subjects: ``test`` held out, ``folds`` the validation subjects of each fold.
+
+def _chosen(cohort: dict, names: set[str], baseline: bool, columns: list[str]) -> list[dict]:
+    rows = [r for r in cohort["rows"] if subject_key(r["participant_id"]) in keys(names)]
+    if baseline:
+        rows = [r for r in rows if session_id(r["session_id"]) == "ses-M000"]
+    return [{c: r[c] for c in columns} for r in rows]
+
+
+def _write(path: Path, rows: list[dict], columns: list[str]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(["\t".join(columns)] + ["\t".join(str(r[c]) for c in columns) for r in rows]) + "\n")
+
+
+def write_clinicadl2_splits(cohort: dict, root: Path, stratification: str = "sex") -> Path:
+    """ClinicaDL 2.0: ``make_split(labels.tsv, stratification=[sex])`` then ``make_kfold(split/train.tsv, n_splits=2)``
+    (``clinicadl/split/make_splits``): ``split/`` with ``train.tsv``, ``train_baseline.tsv``, ``test_baseline.tsv``,
+    ``single_split_config.json``; ``split/2_fold/split-<i>/`` with ``train.tsv``, ``train_baseline.tsv``,
+    ``validation_baseline.tsv``, and ``kfold_config.json``. Their columns: ``participant_id``, ``session_id`` and
+    the stratification column, no diagnosis. Returns ``split/``."""
+    columns = ["participant_id", "session_id", stratification]
+    split = root / "split"
+    train = cohort["everyone"] - cohort["test"]
+    _write(split / "test_baseline.tsv", _chosen(cohort, cohort["test"], True, columns), columns)
+    _write(split / "train_baseline.tsv", _chosen(cohort, train, True, columns), columns)
+    _write(split / "train.tsv", _chosen(cohort, train, False, columns), columns)
+    (split / "single_split_config.json").write_text('{"subset_name": "test", "longitudinal": false, "n_test": 2}\n')
+    for i, validation in enumerate(cohort["folds"]):
+        fold = split / "2_fold" / f"split-{i}"
+        _write(fold / "validation_baseline.tsv", _chosen(cohort, validation, True, columns), columns)
+        _write(fold / "train_baseline.tsv", _chosen(cohort, train - validation, True, columns), columns)
+        _write(fold / "train.tsv", _chosen(cohort, train - validation, False, columns), columns)
+    (split / "2_fold" / "kfold_config.json").write_text('{"subset_name": "validation", "n_splits": 2}\n')
+    return split
+
+
+def write_clinicadl1_splits(cohort: dict, root: Path) -> Path:
+    """ClinicaDL 1.0-1.1: ``tsvtool getlabels`` (a TSV per diagnosis), ``tsvtool split labels`` (``labels/train/`` and
+    ``labels/test/``, a TSV per diagnosis, baseline and longitudinal) and ``tsvtool kfold labels/train --n_splits 2``
+    (``labels/train/train_splits-2/split-<i>/<dx>[_baseline].tsv``, ``labels/train/validation_splits-2/split-<i>/
+    <dx>_baseline.tsv``). Columns as getlabels writes them. Returns ``labels/train`` (``clinicadl train``'s tsv_path)."""
+    labels = root / "labels"
+    train = cohort["everyone"] - cohort["test"]
+    diagnosis = {subject_key(r["participant_id"]): r["diagnosis"] for r in cohort["rows"]}
+
+    def by_diagnosis(folder: Path, names: set[str], baseline_only: bool) -> None:
+        for dx in ("AD", "CN"):
+            mine = {n for n in names if diagnosis[subject_key(n)] in ({dx} if dx == "AD" else {"CN", "NC"})}
+            _write(folder / f"{dx}_baseline.tsv", _chosen(cohort, mine, True, COLUMNS), COLUMNS)
+            if not baseline_only:
+                _write(folder / f"{dx}.tsv", _chosen(cohort, mine, False, COLUMNS), COLUMNS)
+
+    by_diagnosis(labels, cohort["everyone"], False)
+    by_diagnosis(labels / "train", train, False)
+    by_diagnosis(labels / "test", cohort["test"], False)
+    for i, validation in enumerate(cohort["folds"]):
+        by_diagnosis(labels / "train" / "train_splits-2" / f"split-{i}", train - validation, False)
+        by_diagnosis(labels / "train" / "validation_splits-2" / f"split-{i}", validation, True)
+    return labels / "train"

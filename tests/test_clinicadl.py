@@ -74,7 +74,7 @@ def test_baseline_training_and_longitudinal_evaluation(cohort):
     dm = ADNIDataModule(valid_longitudinal=True, **common)
     dm.setup()
     assert [s.session for s in dm.splits["test"] if s.subject == "ADNI RID 295"] == ["ses-M000", "ses-M012"]
-    assert split_files(cohort["split"], 0, False, True).validation.name == "validation.tsv"
+    assert split_files(cohort["split"], 0, False, True).validation[0].name == "validation.tsv"
 
 
 def test_rows_and_baseline_of_a_tsv(cohort):

@@ -147,8 +147,13 @@ class ADNIDataModule(InMemoryDataModule):
     is a TSV (``participant_id``, ``session_id``, ``diagnosis``: split here by subject) or one of
     ClinicaDL's split folders, used as given: a single split (``train.tsv``,
     ``validation_baseline.tsv``), a k-fold folder (``split-<k>`` folders, ``split`` picks one), or the
-    ``split/`` folder of ``tsvtools split`` holding ``test_baseline.tsv`` and its k-fold. ``baseline``
-    trains on baseline sessions only; validation and test use baseline sessions unless
+    ``split/`` folder of ``tsvtools split`` holding ``test_baseline.tsv`` and its k-fold (``split=K``
+    reads the k-fold's fold K even where a single split lies beside it; several k-folds are refused as
+    ambiguous); ClinicaDL 1.0-1.1's TSV per diagnosis (``train_splits-5/split-K/AD.tsv``) too. Split
+    TSVs without a diagnosis column (ClinicaDL 2.0's ``make_split``/``make_kfold``) take it from
+    ``labels_tsv``, or from a ``labels.tsv`` up to four folders above, where ClinicaDL's tsvtools look.
+    Rows of diagnoses outside the task (``SMC``, ``MCI`` in AD vs CN) are dropped, counted in the log.
+    ``baseline`` trains on baseline sessions only; validation and test use baseline sessions unless
     ``valid_longitudinal`` (as ClinicaDL, and as the field reports).
 
     **A CSV** (``csv_path``): a subject, an image path (relative to the CSV's folder or ``root``, or
@@ -237,13 +242,14 @@ class ADNIDataModule(InMemoryDataModule):
         prefetch_factor: int = 4,
         preprocess_threads: int = 4,
         skip_leak_check: bool = False,
+        labels_tsv: str | Path | None = None,
     ) -> None:
         super().__init__()
         if diagnoses is None:
             if task not in TASKS:
                 raise ValueError(f"unknown task {task!r}; choose one of {sorted(TASKS)}, or set diagnoses=[...]")
             diagnoses = TASKS[task]
-        unknown = [d for d in diagnoses if clinicadl.diagnosis_label(d) is None]
+        unknown = [d for d in diagnoses if clinicadl.diagnosis_label(d) not in clinicadl.TASK_LABELS]
         if unknown or len(set(diagnoses)) < 2:
             raise ValueError(f"diagnoses must be two or more of AD, CN, MCI, sMCI, pMCI; got {list(diagnoses)}")
         if (csv_path is None) == (caps_directory is None):
@@ -283,10 +289,12 @@ class ADNIDataModule(InMemoryDataModule):
         csv_path, root = None if csv_path is None else str(csv_path), None if root is None else str(root)
         caps_directory = None if caps_directory is None else str(caps_directory)
         tsv_path = None if tsv_path is None else str(tsv_path)
+        labels_tsv = None if labels_tsv is None else str(labels_tsv)
         cache_dir = None if cache_dir is None else str(cache_dir)
         self.save_hyperparameters(logger=False)
         self.hparams["diagnoses"] = diagnoses  # a subclass's own arguments would win over the local above
         self.skipped: list[str] = []
+        self._labels = clinicadl.read_labels(Path(labels_tsv)) if labels_tsv else None
         self.subject_codes: dict[str, int] = {}
         self._device_augment: VolumeAugment | None = None
         self._on_device: dict[int, Dataset] = {}  # id(split dataset) -> its copy on the training device
@@ -315,11 +323,29 @@ class ADNIDataModule(InMemoryDataModule):
             return read_csv_rows(Path(hp.csv_path), Path(hp.root) if hp.root else None, skipped)
         tsv_path = Path(hp.tsv_path)
         if tsv_path.is_file():
-            return [(row, None) for row in clinicadl.read_tsv(tsv_path, skipped)]
-        files = clinicadl.split_files(tsv_path, hp.split, hp.baseline, hp.valid_longitudinal)
-        log.info("ClinicaDL split: train %s, validation %s, test %s", files.train, files.validation, files.test or "none")
+            return [(row, None) for row in self._read_tsvs([tsv_path], skipped)]
+        files = clinicadl.split_files(tsv_path, hp.split, hp.baseline, hp.valid_longitudinal, self.labels)
+        log.info("ClinicaDL split (%s): train %s, validation %s, test %s", files.layout, *(
+            ", ".join(map(str, paths)) or "none" for paths in (files.train, files.validation, files.test)))
         given = {"train": files.train, "val": files.validation, "test": files.test}
-        return {split: [(row, None) for row in clinicadl.read_tsv(path, skipped)] if path else [] for split, path in given.items()}
+        return {split: [(row, None) for row in self._read_tsvs(paths, skipped)] for split, paths in given.items()}
+
+    def _read_tsvs(self, paths: Sequence[Path], skipped: list[str] | None) -> list[Row]:
+        """The rows of ClinicaDL TSVs, their diagnoses from ``labels_tsv`` (or a ``labels.tsv`` above them, where
+        ClinicaDL's tsvtools look) where a TSV has none, as ClinicaDL 2.0's splits have none."""
+        rows = []
+        for path in paths:
+            try:
+                rows += clinicadl.read_tsv(path, skipped, self._labels)
+            except clinicadl.NoDiagnosisError:
+                found = clinicadl.find_labels_tsv(path.parent)
+                if found is None:
+                    raise
+                log.info("%s has no diagnosis column: diagnoses from %s (the labels.tsv above it, where ClinicaDL's "
+                         "tsvtools look; labels_tsv= names another)", path, found)
+                self._labels = clinicadl.read_labels(found)
+                rows += clinicadl.read_tsv(path, skipped, self._labels)
+        return rows
 
     def _scan(self, row: Row, image: Path | None) -> Scan:
         hp = self.hparams
@@ -346,7 +372,8 @@ class ADNIDataModule(InMemoryDataModule):
                     raise
                 self.skipped.append(str(err))
         if excluded:
-            log.info("%s: %s not among the diagnoses %s", what, dict(excluded), self.labels)
+            log.info("%s: dropped %s (diagnoses outside the task's %s)", what,
+                     ", ".join(f"{n} {d}" for d, n in sorted(excluded.items())), ", ".join(self.labels))
         return scans
 
     def _inspected(self, scans: list[Scan]) -> tuple[list[Scan], dict[Path, str]]:

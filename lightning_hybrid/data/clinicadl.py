@@ -11,9 +11,11 @@ cropped to 169 x 208 x 179 voxels), ``clinicadl prepare-data`` (the images as ``
   before 0.7.4) and ``ses-M000`` one session.
 * :func:`t1_linear_image`: the t1-linear image of a session in a CAPS folder (cropped or not, both
   file-name generations), or ClinicaDL's extracted tensor of it.
-* :func:`split_files`: which TSV of a split folder holds the train, validation and test sessions,
+* :func:`split_files`: which TSVs of a split folder hold the train, validation and test sessions,
   as ``clinicadl train`` reads them (``train.tsv`` or ``train_baseline.tsv``,
-  ``validation_baseline.tsv`` or ``validation.tsv``, ``split-<k>`` folders of a k-fold).
+  ``validation_baseline.tsv`` or ``validation.tsv``, ``split-<k>`` folders of a k-fold; 1.0-1.1's
+  TSV per diagnosis), the fold asked for always the k-fold's.
+* :func:`read_tsv`: a TSV's sessions, diagnoses from a labels TSV where the split has none (2.0).
 * :func:`label_code`: ClinicaDL's class order (labels sorted as strings: AD 0, CN 1; pMCI 0, sMCI 1).
 
 Plain Python and nibabel; nothing here knows Lightning.
@@ -22,12 +24,16 @@ Plain Python and nibabel; nothing here knows Lightning.
 from __future__ import annotations
 
 import csv
+import logging
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 import numpy as np
+
+log = logging.getLogger(__name__)
 
 #: The MNI152NLin2009cSym grid of t1-linear (193 x 229 x 193 voxels of 1 mm) and the box Clinica crops
 #: it to (169 x 208 x 179: ``MNI_CROP_BBOX`` in Clinica's ``crop_nifti``).
@@ -48,6 +54,12 @@ DIAGNOSES = {
     "smci": "sMCI", "stable mci": "sMCI", "pmci": "pMCI", "progressive mci": "pMCI",
     "mci": "MCI", "emci": "MCI", "lmci": "MCI",
 }
+#: Real diagnoses no task here trains on: ADNI's significant memory concern, ClinicaDL getlabels' unstable
+#: and reverting MCI, and frontotemporal dementia's behavioural variant. Their rows are read, then dropped
+#: (and counted in the log) like any diagnosis outside a task's ``diagnoses``, as ClinicaDL drops them.
+OTHER_DIAGNOSES = {"smc": "SMC", "significant memory concern": "SMC", "umci": "uMCI", "rmci": "rMCI", "bv": "BV"}
+#: The labels a task can compare.
+TASK_LABELS = ("AD", "CN", "MCI", "sMCI", "pMCI")
 #: From healthy to demented: the later of two labels is the disease ("positive") class.
 SEVERITY = ("CN", "sMCI", "MCI", "pMCI", "AD")
 
@@ -107,8 +119,10 @@ def session_month(session: str) -> int | float:
 
 
 def diagnosis_label(raw: str) -> str | None:
-    """ClinicaDL's label for a diagnosis spelling (``NC``, ``Dementia`` -> ``CN``, ``AD``), ``None`` if unknown."""
-    return DIAGNOSES.get(str(raw).strip().lower())
+    """ClinicaDL's label for a diagnosis spelling (``NC``, ``Dementia`` -> ``CN``, ``AD``; ``SMC`` and the other
+    :data:`OTHER_DIAGNOSES`, which no task compares), ``None`` if unknown."""
+    text = str(raw).strip().lower()
+    return DIAGNOSES.get(text) or OTHER_DIAGNOSES.get(text)
 
 
 def label_code(diagnoses: Iterable[str]) -> dict[str, int]:
@@ -148,12 +162,19 @@ class Row:
         return self.subject, session_id(self.session)
 
 
-def read_tsv(path: Path, skipped: list[str] | None = None) -> list[Row]:
+class NoDiagnosisError(ClinicaDLFormatError):
+    """A TSV without a diagnosis column and no labels TSV to take the diagnoses from (ClinicaDL 2.0's splits)."""
+
+
+def read_tsv(path: Path, skipped: list[str] | None = None, labels: Mapping[tuple[str, str], Row] | None = None) -> list[Row]:
     """The sessions of a ClinicaDL TSV (tab-separated, with ``participant_id``, ``session_id`` and ``diagnosis``).
 
+    A TSV without ``diagnosis`` (ClinicaDL 2.0's ``make_split`` and ``make_kfold`` write only the IDs and
+    the stratification columns) takes each session's diagnosis from ``labels`` (:func:`read_labels` of
+    the TSV the split was made from); a session missing there is refused naming both files.
     A diagnosis ClinicaDL does not know raises :class:`ClinicaDLFormatError` naming the line (or, with
     ``skipped`` given, is listed there and left out); labels are ClinicaDL's spellings (``NC`` and
-    ``Dementia`` read as ``CN`` and ``AD``).
+    ``Dementia`` read as ``CN`` and ``AD``; ``SMC`` is kept as ``SMC`` for the caller to drop).
     """
     path = Path(path)
     if not path.is_file():
@@ -161,21 +182,39 @@ def read_tsv(path: Path, skipped: list[str] | None = None) -> list[Row]:
     with open(path, newline="") as f:
         reader = csv.DictReader(f, delimiter="\t")
         header = [h.strip() for h in reader.fieldnames or []]
-        missing = [c for c in ("participant_id", "session_id", "diagnosis") if c not in header]
+        missing = [c for c in ("participant_id", "session_id") if c not in header]
         if missing:
             hint = " (is it comma-separated? pass it as csv_path)" if len(header) == 1 and "," in header[0] else ""
             raise ClinicaDLFormatError(
                 f"{path}: no {', '.join(repr(c) for c in missing)} column{'s' if len(missing) > 1 else ''}; a ClinicaDL TSV "
                 f"has participant_id, session_id and diagnosis, tab-separated (columns here: {header}){hint}"
             )
+        if "diagnosis" not in header and labels is None:
+            raise NoDiagnosisError(
+                f"{path}: no 'diagnosis' column (columns here: {header}). ClinicaDL 2.0's make_split and make_kfold write "
+                "only participant_id, session_id and the stratification columns: give the labels TSV the split was made "
+                "from as labels_tsv=PATH (data.labels_tsv=PATH), or put labels.tsv in a folder above the split, where "
+                "clinicadl tsvtools looks for it"
+            )
         rows = []
         for line, record in enumerate(reader, start=2):
             record = {k.strip(): (v or "").strip() for k, v in record.items() if k is not None}
-            label = diagnosis_label(record["diagnosis"])
+            if "diagnosis" in header:
+                label = diagnosis_label(record["diagnosis"])
+                raw = record["diagnosis"]
+            else:
+                known = labels.get((subject_key(record["participant_id"]), session_id(record["session_id"])))
+                if known is None:
+                    raise ClinicaDLFormatError(
+                        f"{path}, line {line}: {record['participant_id']} {record['session_id']} has no diagnosis in the "
+                        f"labels TSV {next(iter(labels.values())).source if labels else '(empty)'}; was the split made "
+                        "from another TSV?"
+                    )
+                label, raw = known.diagnosis, known.diagnosis
             if label is None:
                 error = ClinicaDLFormatError(
-                    f"{path}, line {line}: unknown diagnosis {record['diagnosis']!r} (known: AD, CN, MCI, sMCI, pMCI and "
-                    "their ADNI spellings NC, Dementia, EMCI, LMCI)"
+                    f"{path}, line {line}: unknown diagnosis {raw!r} (known: AD, CN, MCI, sMCI, pMCI, their ADNI "
+                    "spellings NC, Dementia, EMCI, LMCI, and SMC, uMCI, rMCI, BV, which no task compares)"
                 )
                 if skipped is None:
                     raise error
@@ -183,6 +222,21 @@ def read_tsv(path: Path, skipped: list[str] | None = None) -> list[Row]:
                 continue
             rows.append(Row(record["participant_id"], record["session_id"], label, path, line))
     return rows
+
+
+def read_labels(path: Path) -> dict[tuple[str, str], Row]:
+    """A labels TSV (``participant_id``, ``session_id``, ``diagnosis``: ``tsvtools get-labels``' output) by scan."""
+    return {row.key: row for row in read_tsv(path)}
+
+
+def find_labels_tsv(split_folder: Path, levels: int = 4) -> Path | None:
+    """``labels.tsv`` in ``split_folder`` or up to ``levels`` folders above it, where ``clinicadl tsvtools split``
+    and ``kfold`` look for the diagnoses a split TSV lacks; ``None`` if there is none."""
+    folder = Path(split_folder).resolve()
+    for candidate in [folder, *folder.parents][: levels + 1]:
+        if (candidate / "labels.tsv").is_file():
+            return candidate / "labels.tsv"
+    return None
 
 
 def write_tsv(path: Path, rows: Sequence[dict], columns: Sequence[str]) -> None:
@@ -205,49 +259,88 @@ def baseline_rows(rows: Sequence[Row]) -> list[Row]:
 
 @dataclass(frozen=True)
 class SplitFiles:
-    """The TSVs that hold the train, validation and (where there is one) test sessions."""
+    """The TSVs that hold the train, validation and (where there is one) test sessions, and the layout they were
+    found in (ClinicaDL 1.x writes one TSV per diagnosis, later versions one per subset)."""
 
-    train: Path
-    validation: Path
-    test: Path | None
+    train: tuple[Path, ...]
+    validation: tuple[Path, ...]
+    test: tuple[Path, ...]
+    layout: str
 
 
 def _first_existing(folder: Path, names: Sequence[str]) -> Path | None:
     return next((folder / n for n in names if (folder / n).is_file()), None)
 
 
-def split_files(tsv_path: Path, split: int | None, baseline: bool, valid_longitudinal: bool) -> SplitFiles:
+def _fold_numbers(folder: Path) -> list[int]:
+    return sorted(int(p.name[6:]) for p in folder.glob("split-*") if p.is_dir() and p.name[6:].isdigit())
+
+
+def _pick_fold(folder: Path, split: int | None) -> Path:
+    available = _fold_numbers(folder)
+    if split is None:
+        raise ClinicaDLFormatError(f"{folder} holds the folds {available} of a k-fold; choose one with split=K (data.split=K)")
+    if split not in available:
+        raise ClinicaDLFormatError(f"{folder}: no split-{split} (folds: {available})")
+    return folder / f"split-{split}"
+
+
+def _split_folder(tsv_path: Path, split: int | None) -> tuple[Path, Path, str]:
+    """The folder of the asked split's train and validation TSVs, the folder of the test TSVs, and the layout.
+
+    ``tsv_path`` is a k-fold folder (``split-<k>`` inside), a folder holding one k-fold folder (``<n>_fold``,
+    as ``tsvtools kfold`` and ClinicaDL 2.0's ``make_kfold`` name it beside the TSV they split), a single
+    split, or both a single split and a k-fold. A fold asked for (``split=K``) is the k-fold's; several
+    k-fold folders are refused naming them. No fold asked for is the single split, as ``clinicadl train``
+    reads it (for which ``split=0`` is the same: ClinicaDL numbers a single split 0).
+    """
+    if _fold_numbers(tsv_path):
+        return _pick_fold(tsv_path, split), tsv_path.parent, "k-fold"
+    kfolds = sorted(p for p in tsv_path.glob("*_fold*") if p.is_dir() and _fold_numbers(p))
+    single = any((tsv_path / n).is_file() for n in ("validation_baseline.tsv", "validation.tsv"))
+    if kfolds and (split is not None or not single):
+        if len(kfolds) > 1:
+            _refuse_folds(tsv_path, kfolds, single)
+        folder = _pick_fold(kfolds[0], split)  # no fold asked for and no single split: says to choose one
+        return folder, tsv_path, "k-fold" + (" (the single split beside it not used)" if single else "")
+    if split not in (None, 0):
+        raise ClinicaDLFormatError(
+            f"split={split} asks for fold {split} of a k-fold, but {tsv_path} is a single split (no split-<k> or "
+            "<n>_fold folders in it): leave split unset (data.split=null), or point tsv_path at the k-fold folder of "
+            "clinicadl tsvtools kfold"
+        )
+    return tsv_path, tsv_path, "single split"
+
+
+def _refuse_folds(tsv_path: Path, kfolds: Sequence[Path], single: bool) -> NoReturn:
+    raise ClinicaDLFormatError(
+        f"{tsv_path} holds {len(kfolds)} k-folds ({', '.join(p.name for p in kfolds)})"
+        f"{' and a single split' if single else ''}: which one is meant is ambiguous; point tsv_path at one of "
+        f"{', '.join(str(p) for p in kfolds)}"
+    )
+
+
+def split_files(tsv_path: Path, split: int | None, baseline: bool, valid_longitudinal: bool,
+                diagnoses: Sequence[str] = ()) -> SplitFiles:
     """The files of a ClinicaDL split folder, as ``clinicadl train`` reads them.
 
-    ``tsv_path`` is a k-fold folder (``split/5_fold``, with ``split-<k>`` folders: ``split`` picks
-    one), a single split (``train.tsv`` and ``validation_baseline.tsv`` in it), or the folder of
-    ``tsvtools split`` that holds ``train.tsv``, ``test_baseline.tsv`` and a k-fold folder (which
-    ``split`` then picks in). Training reads ``train_baseline.tsv`` with ``baseline``, else
-    ``train.tsv``; validation ``validation.tsv`` with ``valid_longitudinal``, else
-    ``validation_baseline.tsv``; the test sessions, the same way, from ``test[_baseline].tsv`` beside
-    the k-fold folder (or in the single split).
+    ClinicaDL 1.2 and later (and 2.0's ``make_split``/``make_kfold``) write a TSV per subset: training
+    reads ``train_baseline.tsv`` with ``baseline``, else ``train.tsv``; validation ``validation.tsv``
+    with ``valid_longitudinal``, else ``validation_baseline.tsv``; the test sessions, the same way,
+    from ``test[_baseline].tsv`` beside the k-fold folder (or in the single split). Which fold folder
+    is read: :func:`_split_folder`.
+
+    ClinicaDL 1.0-1.1 wrote a TSV per diagnosis: ``tsv_path`` holds ``train_splits-<n>/split-<k>/`` and
+    ``validation_splits-<n>/split-<k>/`` (a k-fold) or ``train/`` and ``validation/`` (a single split),
+    with ``<diagnosis>.tsv`` and ``<diagnosis>_baseline.tsv`` in each; the test subset is the ``test/``
+    folder beside ``tsv_path``. Only the files of ``diagnoses`` are read, as ClinicaDL reads them.
     """
     tsv_path = Path(tsv_path)
     if not tsv_path.is_dir():
         raise ClinicaDLFormatError(f"{tsv_path}: no such split folder")
-    folds = sorted(tsv_path.glob("*_fold"))
-    if not any(tsv_path.glob("split-*")) and len(folds) == 1 and not (tsv_path / "validation_baseline.tsv").is_file():
-        test_folder, fold_folder = tsv_path, folds[0]  # tsvtools split's folder, its k-fold inside
-    elif any(tsv_path.glob("split-*")):
-        test_folder, fold_folder = tsv_path.parent, tsv_path
-    else:
-        test_folder, fold_folder = tsv_path, None
-    if fold_folder is not None:
-        available = sorted(int(p.name.split("-", 1)[1]) for p in fold_folder.glob("split-*") if p.name.split("-", 1)[1].isdigit())
-        if split is None:
-            raise ClinicaDLFormatError(
-                f"{fold_folder} holds the folds {available} of a k-fold; choose one with split=K (data.split=K)"
-            )
-        if split not in available:
-            raise ClinicaDLFormatError(f"{fold_folder}: no split-{split} (folds: {available})")
-        folder = fold_folder / f"split-{split}"
-    else:
-        folder = tsv_path
+    if any(tsv_path.glob("train_splits-*")) or _per_diagnosis(tsv_path / "train"):
+        return _per_diagnosis_files(tsv_path, split, baseline, valid_longitudinal, diagnoses)
+    folder, test_folder, layout = _split_folder(tsv_path, split)
     train_names = ("train_baseline.tsv",) if baseline else ("train.tsv",)
     valid_names = ("validation.tsv",) if valid_longitudinal else ("validation_baseline.tsv",)
     test_names = ("test.tsv",) if valid_longitudinal else ("test_baseline.tsv",)
@@ -264,7 +357,42 @@ def split_files(tsv_path: Path, split: int | None, baseline: bool, valid_longitu
             f"valid_longitudinal=true needs {test_folder / 'test.tsv'} (every session of the test subjects: clinicadl "
             "tsvtools split --valid_longitudinal); there is only test_baseline.tsv"
         )
-    return SplitFiles(train, validation, test)
+    return SplitFiles((train,), (validation,), (test,) if test else (), layout)
+
+
+def _per_diagnosis(folder: Path) -> bool:
+    """Whether ``folder`` holds ClinicaDL 1.x's per-diagnosis TSVs (``AD.tsv``, ``CN_baseline.tsv``, ...)."""
+    return any(diagnosis_label(p.name.removesuffix(".tsv").removesuffix("_baseline")) for p in folder.glob("*.tsv"))
+
+
+def _per_diagnosis_files(tsv_path: Path, split: int | None, baseline: bool, valid_longitudinal: bool,
+                         diagnoses: Sequence[str]) -> SplitFiles:
+    kfolds = sorted(p for p in tsv_path.glob("train_splits-*") if p.is_dir())
+    if len(kfolds) > 1:
+        _refuse_folds(tsv_path, kfolds, False)
+    if kfolds:
+        train_folder = _pick_fold(kfolds[0], split)
+        validation_folder = tsv_path / kfolds[0].name.replace("train_", "validation_", 1) / train_folder.name
+        layout = "ClinicaDL 1.x k-fold, a TSV per diagnosis"
+    else:
+        if split not in (None, 0):
+            raise ClinicaDLFormatError(f"split={split} asks for a fold, but {tsv_path} holds a single split (train/, "
+                                       "validation/) and no train_splits-<n> folder of clinicadl tsvtool kfold")
+        train_folder, validation_folder = tsv_path / "train", tsv_path / "validation"
+        layout = "ClinicaDL 1.x single split, a TSV per diagnosis"
+    suffix = {True: "_baseline.tsv", False: ".tsv"}
+
+    def files(folder: Path, base: bool, required: bool) -> tuple[Path, ...]:
+        wanted = [folder / f"{d}{suffix[base]}" for d in diagnoses]
+        missing = [p.name for p in wanted if not p.is_file()]
+        if missing and (required or len(missing) < len(wanted)):
+            present = sorted(p.name for p in folder.glob("*.tsv")) if folder.is_dir() else "nothing (no such folder)"
+            raise ClinicaDLFormatError(f"{folder}: no {', '.join(missing)} (ClinicaDL 1.x's TSV per diagnosis of "
+                                       f"{', '.join(diagnoses)}; baseline={base}); it holds {present}")
+        return tuple(wanted) if not missing else ()
+
+    return SplitFiles(files(train_folder, baseline, True), files(validation_folder, not valid_longitudinal, True),
+                      files(tsv_path.parent / "test", not valid_longitudinal, False), layout)
 
 
 def _session_folders(session: str) -> list[str]:
@@ -286,11 +414,35 @@ def _participant_folders(caps_directory: Path, participant: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def _found(folder: Path, pattern: str) -> list[Path]:
+    """Files under ``folder`` (at any depth) that match ``pattern`` whatever its letters' case: ClinicaDL's
+    search (``subjects/<sub>/<ses>/**/<pattern>``, its ``insensitive_glob``)."""
+    insensitive = "".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else c for c in pattern)
+    return sorted(folder.glob(f"**/{insensitive}"))
+
+
+_RUN = re.compile(r"_run-(\d+)")
+
+
+def _one_image(found: list[Path]) -> Path | None:
+    """The one image of ``found``; of several runs of one scan (names equal but for ``_run-<n>``) the latest, as
+    Clinica picks it, with a warning; several other images are refused, naming them."""
+    if len(found) <= 1:
+        return found[0] if found else None
+    unrun = {(p.parent, _RUN.sub("", p.name)) for p in found}
+    if len(unrun) == 1 and all(_RUN.search(p.name) for p in found):
+        latest = max(found, key=lambda p: int(_RUN.search(p.name).group(1)))
+        log.warning("%d runs of one scan in %s; using the latest, %s (as ClinicaDL does)", len(found), latest.parent, latest.name)
+        return latest
+    raise ClinicaDLFormatError(f"{len(found)} t1-linear images match for one session; expected one: {[str(p) for p in found]}")
+
+
 def t1_linear_image(caps_directory: Path, participant: str, session: str, cropped: bool = True) -> Path:
     """The t1-linear image of a session in a CAPS folder: ClinicaDL's extracted ``.pt`` tensor where
     ``clinicadl prepare-data`` wrote one, else the NIfTI. The participant's folder is tried as the TSV
     writes it, in BIDS form and (a bare RID) as any site's ``sub-ADNI...`` folder; the session's as
-    written and in both of Clinica's spellings.
+    written and in both of Clinica's spellings. The image is looked for at any depth of the session's
+    folder, letters in any case, as ClinicaDL looks for it.
     """
     caps_directory = Path(caps_directory)
     image_glob = T1_LINEAR_GLOB[cropped]
@@ -298,13 +450,13 @@ def t1_linear_image(caps_directory: Path, participant: str, session: str, croppe
     folders = [caps_directory / "subjects" / p / s
                for p in _participant_folders(caps_directory, participant) for s in _session_folders(session)]
     for folder in folders:
-        tensors = folder / "deeplearning_prepare_data" / "image_based" / "t1_linear"
-        images = sorted((folder / "t1_linear").glob(image_glob)) or sorted(tensors.glob(tensor_glob))
-        if len(images) > 1:
-            raise ClinicaDLFormatError(f"{images[0].parent}: {len(images)} t1-linear images match; expected one: {images}")
-        if images:
-            tensor = tensors / images[0].name.replace(".nii.gz", ".pt")
-            return tensor if tensor.is_file() else images[0]
+        if not folder.is_dir():
+            continue
+        tensors = folder / "deeplearning_prepare_data" / "image_based"
+        image = _one_image(_found(folder, image_glob)) or _one_image(_found(tensors, tensor_glob))
+        if image is not None:
+            tensor = tensors / "t1_linear" / image.name.replace(".nii.gz", ".pt")
+            return tensor if tensor.is_file() else image
     shown = next((f for f in folders if f.is_dir()), folders[0]) / "t1_linear" / image_glob
     raise ClinicaDLFormatError(
         f"{participant} {session}: no t1-linear image (looked for {shown} and {len(folders) - 1} other spellings of the "
