@@ -81,7 +81,8 @@ def test_multirun_sweep_with_ddp_runs_each_job_once(tmp_path):
         "-m", *SMOKE, "strategy=ddp", "trainer.devices=2", "allow_cpu_oversubscription=true", "seed=1,2",
         f"hydra.sweep.dir={sweep}", cwd=tmp_path, timeout=400,
     )
-    assert sorted(p.name for p in sweep.iterdir()) == ["0", "1", "multirun.yaml"]
+    assert sorted(p.name for p in sweep.iterdir()) == ["0", "1", "multirun.yaml", "summary.csv"]
+    assert "2 jobs; test set:" in proc.stdout and "scan/acc" in proc.stdout  # the sweep's summary, a job per row
     for job, seed in (("0", 1), ("1", 2)):
         assert (sweep / job / "train_ddp_process_1.log").is_file()
         assert (sweep / job / "metrics.json").is_file()

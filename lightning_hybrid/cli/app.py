@@ -295,7 +295,7 @@ def fit_and_test(cfg: DictConfig, trainer: pl.Trainer, module: pl.LightningModul
             metrics.update(server_load.as_metrics())
         best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
         if trainer.is_global_zero:
-            record_end(cfg, "finished")
+            record_end(cfg, "finished", best_checkpoint=best)
     elif not cfg.get("test", True):
         raise ValueError("fit=false and test=false leave nothing to do")
     if cfg.get("test", True):
