@@ -111,3 +111,21 @@ def test_the_default_view_holds_the_whole_brain(cohort, config):
         half = shape * spacing / 2 - spacing  # a voxel's margin for where the crop's rounding puts the centre
         assert (world.min(0) >= centre - half).all() and (world.max(0) <= centre + half).all(), (
             f"{config}: brain spans {world.min(0)}..{world.max(0)} mm, the view {centre - half}..{centre + half}")
+
+
+@needs_templates
+def test_mci_atrophy_is_milder_and_partly_present(cohort):
+    """At one severity, a pMCI or sMCI subject's hippocampi shrink as an AD subject's do, its ventricles grow half as
+    much (the atrophy partly present); labelled as ClinicaDL labels them, pMCI being the disease (class 0)."""
+    from lightning_hybrid.data.adni_like import Session, _Template, load_colin27, render
+
+    settings = CohortSettings(subjects={"pMCI": 1, "sMCI": 1}, seed=1)
+    template = _Template(load_colin27(), settings)
+    volumes = {dx: render(template, Session("sub-ADNI002S0001", "ses-M000", dx, severity, 7, 8, 70.0, "F"))[3]
+               for dx, severity in (("CN", 0.0), ("AD", 1.0), ("pMCI", 1.0))}
+    growth = {dx: volumes[dx]["ventricles_mm3"] - volumes["CN"]["ventricles_mm3"] for dx in ("AD", "pMCI")}
+    loss = {dx: volumes["CN"]["hippocampus_mm3"] - volumes[dx]["hippocampus_mm3"] for dx in ("AD", "pMCI")}
+    assert growth["pMCI"] == pytest.approx(growth["AD"] / 2, rel=0.15) and growth["AD"] > 0
+    assert loss["pMCI"] == pytest.approx(loss["AD"], rel=0.02) and loss["AD"] > 0
+    dm = ADNIDataModule(caps_directory=cohort / "caps", tsv_path=cohort / "split", split=0, task="pMCI_vs_sMCI")
+    assert dm.labels == ["pMCI", "sMCI"] and dm.positive_class == 0

@@ -9,7 +9,8 @@ hippocampi, both shipped by Debian's ``mricron-data``, and is then made a subjec
    ``ventricles_mm x severity``: what Alzheimer's disease does to the medial temporal lobe and the
    ventricles. Severity is drawn per subject from its diagnosis's normal distribution
    (:data:`SEVERITY`), so the classes overlap as real cohorts do; a follow-up session adds a year's
-   progression.
+   progression. Progressive and stable MCI (``pMCI``, ``sMCI``: ClinicaDL's labels) are milder and
+   partly present: their ventricles show half their severity (:data:`VENTRICLES_SHARE`).
 2. **Anatomy** (per subject): a smooth random deformation (Gaussian-smoothed random offsets, as
    MONAI's ``Rand3DElastic`` draws them, on a coarse grid) and, per session, a small affine
    transform (what remains after t1-linear's affine registration).
@@ -58,6 +59,10 @@ AAL_HIPPOCAMPI = (37, 38)
 SEVERITY = {"CN": (0.0, 0.4), "sMCI": (0.35, 0.4), "MCI": (0.5, 0.4), "pMCI": (0.75, 0.4), "AD": (1.0, 0.4)}
 #: Severity added per year of follow-up.
 PROGRESSION = {"CN": 0.02, "sMCI": 0.05, "MCI": 0.1, "pMCI": 0.25, "AD": 0.3}
+#: The share of a subject's severity its ventricles show. Hippocampal atrophy comes first in Alzheimer's
+#: disease and ventricular enlargement later: at MCI the atrophy is partly present (the hippocampi at the
+#: subject's severity, the ventricles at half of it), at AD (and at CN's normal ageing) both.
+VENTRICLES_SHARE = {"CN": 1.0, "sMCI": 0.5, "MCI": 0.5, "pMCI": 0.5, "AD": 1.0}
 #: File names of a session's atrophy and brain masks, beside its t1-linear image.
 MASK_SUFFIX = "space-MNI152NLin2009cSym_desc-Crop_res-1x1x1_label-atrophy_mask.nii.gz"
 BRAIN_SUFFIX = "space-MNI152NLin2009cSym_desc-Crop_res-1x1x1_label-brain_mask.nii.gz"
@@ -244,7 +249,8 @@ def render(template: _Template, session: Session) -> tuple[np.ndarray, np.ndarra
     pose = index @ matrix[:3, :3].T + matrix[:3, 3]  # the session's residual affine
     anatomy = pose + _sample(elastic[None], pose / 4.0).permute(1, 2, 3, 0)  # the subject's own shape (4 mm grid)
     hippocampi, ventricles = template.fields
-    atrophy = s.hippocampus_mm * session.severity * hippocampi + s.ventricles_mm * session.severity * ventricles
+    ventricles_severity = session.severity * VENTRICLES_SHARE[session.diagnosis]
+    atrophy = s.hippocampus_mm * session.severity * hippocampi + s.ventricles_mm * ventricles_severity * ventricles
     points = anatomy + _sample(atrophy, anatomy).permute(1, 2, 3, 0)
     t1 = torch.from_numpy(a.t1)[None, None]
     image = _sample(t1, points)  # (1, X, Y, Z)
