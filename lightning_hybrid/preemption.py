@@ -1,4 +1,4 @@
-"""Preemption: a fit stopped by a signal saves where it is, requeues a SLURM job, and a rerun continues.
+"""Preemption: a fit stopped by a signal saves a checkpoint, requeues a SLURM job, and a rerun continues.
 
     trainer = pl.Trainer(strategy="ssp", devices=2, callbacks=[Preemption()])   # the CLI adds it
 

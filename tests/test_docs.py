@@ -90,3 +90,16 @@ def test_recipe_pages_lead_with_their_result_and_stay_short():
     for readme in sorted((REPO / "recipes").glob("*/README.md")):
         lines = readme.read_text().count("\n")
         assert lines <= 300, f"{readme.relative_to(REPO)} has {lines} lines: move superseded runs to a HISTORY.md beside it"
+
+
+def test_the_cli_page_lists_every_config_of_every_group() -> None:
+    """docs/cli.md's table of config groups names each option a user can pick (a new config shows up there)."""
+    page = (REPO / "docs" / "cli.md").read_text()
+    rows = {line.split("|")[1].strip().strip("`"): line for line in page.splitlines() if line.startswith("| `")}
+    missing = {}
+    for group in ("data", "model", "optimizer", "scheduler", "strategy", "trainer", "sim", "logger", "callbacks", "experiment"):
+        options = sorted(p.stem for p in (REPO / "configs" / group).glob("*.yaml"))
+        absent = [o for o in options if f"`{o}`" not in rows.get(group, "") and not (o in ("none", "default") and group != "sim")]
+        if absent:
+            missing[group] = absent
+    assert not missing, f"docs/cli.md's table lacks {missing}"
