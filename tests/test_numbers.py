@@ -82,3 +82,22 @@ def test_the_readme_and_the_site_show_the_same_table():
         return [line.rsplit("|", 2)[-2] for line in path.read_text().splitlines() if line.startswith("| [`")]
 
     assert figures(SUMMARIES[0]) == figures(SUMMARIES[1])
+
+
+def test_the_straggler_reports_advice_quotes_the_grid():
+    """Every figure the straggler report prints comes from the grid's 'LeNet-5, 98 %' table it names."""
+    from lightning_hybrid.straggler import ADVICE, MEASURED, SOURCE
+
+    assert "'LeNet-5, 98 %'" in SOURCE
+    rows = {r["scenario"]: r for r in table_after(ZHANG, "LeNet-5, 98 %:")}
+
+    def of(pattern: str, contenders: str, sources: str | None = None) -> tuple[float, float]:
+        wanted = [f"{src}_{pattern}" if pattern != "none" else "none"
+                  for src in (sources.split(",") if sources else ("compute", "after_step", "data", "contention"))]
+        values = [factor(rows[scenario][c]) for scenario in dict.fromkeys(wanted) for c in contenders.split(",")]
+        return min(values), max(values)
+
+    for key, figures in MEASURED.items():
+        pattern, contenders, *sources = key.split("/")
+        assert figures == of(pattern, contenders, *sources), key
+    assert all(f"{low:.2f}-{high:.2f}x" in " ".join(ADVICE.values()) for low, high in MEASURED.values())
