@@ -168,7 +168,7 @@ def test_memory_cache_persists_between_runs_in_cache_dir(synth, tmp_path, monkey
     dm.setup()
     assert len(list((tmp_path / "c").glob("*.pt"))) == sum(len(v) for v in dm.splits.values())
     first = torch.stack([x for x, _ in dm.train_set])
-    from lightning_hybrid.data.volumes import LoadVolumed
+    from lightning_hybrid.data.volume_files import LoadVolumed
 
     def no_decoding(self, data):
         raise AssertionError("a cached volume was decoded again")

@@ -15,7 +15,7 @@ from conftest import run_script
 from lightning_hybrid import ClassifierModule, PartitionedInferenceStrategy
 from lightning_hybrid.models import VGG16, LeNet5, ResAttNet3D
 from lightning_hybrid.partition import block_sparse_matrix
-from lightning_hybrid.partition.executor import plan_traffic, simulate
+from lightning_hybrid.partition.spatial_executor import plan_traffic, simulate
 from lightning_hybrid.partition.network import plan_partition
 from lightning_hybrid.partition.proportional import proportional_split
 from lightning_hybrid.partition.spatial import PartitionError, grid_shape, plan_network

@@ -78,7 +78,7 @@ def data_command(argv: list[str]) -> None:
     if args.command == "augment-mnist":
         import time
 
-        from lightning_hybrid.data.augment import augment_mnist
+        from lightning_hybrid.data.digit_distortion import augment_mnist
 
         if args.samples < 1 or args.shard_size < 1:
             raise SystemExit(f"--samples and --shard-size must be >= 1, got {args.samples} and {args.shard_size}")

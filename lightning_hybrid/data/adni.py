@@ -23,8 +23,8 @@ from lightning_hybrid.data.base import EpochSeededRandomSampler, InMemoryDataMod
 from lightning_hybrid.data.clinicadl import ClinicaDLFormatError, Row
 from lightning_hybrid.data.leakage import Scan, check_leakage
 from lightning_hybrid.data.volume_augment import VolumeAugment
-from lightning_hybrid.data.volume_sets import Volumes, VolumesOn, in_threads
-from lightning_hybrid.data.volumes import BadItemError, InspectionCache
+from lightning_hybrid.data.volume_datasets import Volumes, VolumesOn, in_threads
+from lightning_hybrid.data.volume_files import BadItemError, InspectionCache
 
 log = logging.getLogger(__name__)
 
@@ -192,7 +192,7 @@ class ADNIDataModule(InMemoryDataModule):
     up to 8 within this process's share of the cores), kept alive between epochs, pinned memory when
     CUDA is present (``pin_memory="auto"``) and ``prefetch_factor`` batches in flight per worker.
 
-    Validation and test batches are ``(image, label, key)`` (see :class:`~lightning_hybrid.data.volume_sets.Volumes`); the
+    Validation and test batches are ``(image, label, key)`` (see :class:`~lightning_hybrid.data.volume_datasets.Volumes`); the
     :class:`~lightning_hybrid.ClassifierModule` reports balanced accuracy, sensitivity, specificity and
     AUC per scan and per subject from them, and ``val/bacc`` picks checkpoints (:attr:`monitor`).
 
@@ -455,7 +455,7 @@ class ADNIDataModule(InMemoryDataModule):
         """The deterministic preprocessing of a ``{"image": path}`` item (MONAI dictionary transforms)."""
         from monai import transforms as T
 
-        from lightning_hybrid.data.volumes import LoadVolumed
+        from lightning_hybrid.data.volume_files import LoadVolumed
 
         hp = self.hparams
         steps = [

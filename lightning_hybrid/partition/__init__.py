@@ -9,7 +9,7 @@ can be tabulated side by side with another plan's; the executor runs a plan over
   spatial axis in proportion to ability (BODP) or on an even 2-D grid, with halo exchange.
 * :mod:`~lightning_hybrid.partition.network`: a whole network's plan (spatial part + one FC plan
   per fully-connected layer).
-* :mod:`~lightning_hybrid.partition.executor`: running a plan (``DistributedExecutor``,
+* :mod:`~lightning_hybrid.partition.spatial_executor`: running a plan (``DistributedExecutor``,
   ``simulate``) and its accounting (``plan_traffic``).
 
 Sparse fully-connected layers:

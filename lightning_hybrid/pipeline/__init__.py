@@ -5,7 +5,7 @@
 * :mod:`~lightning_hybrid.pipeline.mesh`: the stages x replicas layout of ranks and its process groups.
 * :mod:`~lightning_hybrid.pipeline.stage`: a stage's blocks, optionally slowed (simulated devices).
 * :mod:`~lightning_hybrid.pipeline.schedules`: GPipe and 1F1B as lists of typed actions per stage.
-* :mod:`~lightning_hybrid.pipeline.executor`: one stage running its actions, messages between stages.
+* :mod:`~lightning_hybrid.pipeline.stage_executor`: one stage running its actions, messages between stages.
 * :mod:`~lightning_hybrid.pipeline.parallel`: one rank's part of pipeline x data parallelism.
 """
 

@@ -5,7 +5,7 @@ what a test drives without Lightning): given the model's blocks, the stages a pl
 into, the rank layout (:class:`~lightning_hybrid.pipeline.mesh.Mesh`) and the process groups, it
 builds this rank's stage, runs training steps and forward passes through the pipeline with a
 schedule (:mod:`~lightning_hybrid.pipeline.schedules`, run by
-:class:`~lightning_hybrid.pipeline.executor.StageExecutor`), shares the last stage's results with
+:class:`~lightning_hybrid.pipeline.stage_executor.StageExecutor`), shares the last stage's results with
 the pipeline's ranks, and gathers the whole model (where every rank keeps it) and its gradient norm
 from the stages.
 """
@@ -19,7 +19,7 @@ import torch.distributed as dist
 from torch import nn
 
 from lightning_hybrid.comm.collectives import all_reduce_, broadcast_, broadcast_object
-from lightning_hybrid.pipeline.executor import StageExecutor
+from lightning_hybrid.pipeline.stage_executor import StageExecutor
 from lightning_hybrid.pipeline.mesh import Mesh
 from lightning_hybrid.pipeline.schedules import SCHEDULES, forward_only
 from lightning_hybrid.pipeline.stage import StageModule

@@ -2,7 +2,7 @@
 
 The algorithms live in :mod:`lightning_hybrid.partition`; this module wires them into Lightning:
 every rank sees the same batches, the module's block sequence (``pipeline_blocks()``) is routed
-through a :class:`~lightning_hybrid.partition.executor.DistributedExecutor` during predict,
+through a :class:`~lightning_hybrid.partition.spatial_executor.DistributedExecutor` during predict,
 validate and test, and the per-layer accounting is gathered when a loop ends.
 """
 
@@ -20,7 +20,7 @@ from pytorch_lightning.utilities.rank_zero import rank_zero_info
 
 from lightning_hybrid.comm.collectives import all_gather_object
 from lightning_hybrid.devices import REFERENCE_ABILITY_FLOPS, macs_per_unit, positive_per_device, probe_speed
-from lightning_hybrid.partition.executor import DistributedExecutor, LayerTraffic
+from lightning_hybrid.partition.spatial_executor import DistributedExecutor, LayerTraffic
 from lightning_hybrid.partition.network import FC_PARTITIONS, PartitionPlan, plan_partition
 from lightning_hybrid.partition.spatial import CONV_PARTITIONS, SPATIAL_LAYERS, PartitionError
 from lightning_hybrid.pipeline.protocol import pipeline_blocks
@@ -65,7 +65,7 @@ class PartitionedInferenceStrategy(RoutedEvaluation, UnwrappedDDPStrategy):
         processes_per_device: processes started on each device the Trainer gives (``devices=1,
             processes_per_device=2``: two processes on one GPU, whose group then uses gloo).
 
-    After a loop, :attr:`traffic` holds one :class:`~lightning_hybrid.partition.executor.LayerTraffic`
+    After a loop, :attr:`traffic` holds one :class:`~lightning_hybrid.partition.spatial_executor.LayerTraffic`
     per layer (bytes each worker sent, its peers, compute and transfer seconds, summed over batches)
     and :attr:`plan` the partition; a table is logged.
 

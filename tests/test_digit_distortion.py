@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from conftest import write_tiny_mnist
 
-from lightning_hybrid.data.augment import Distortion, augment_mnist, distort
+from lightning_hybrid.data.digit_distortion import Distortion, augment_mnist, distort
 from lightning_hybrid.data.idx import read_idx
 from lightning_hybrid.data.shards import ShardError, ShardStore, ShardWriter, pack
 
