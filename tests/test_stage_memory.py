@@ -59,14 +59,15 @@ def test_a_module_built_in_init_planned_at_the_first_batch_frees_the_other_stage
 
 
 def test_a_checkpoint_holds_the_whole_model_loads_into_one_device_and_resumes_the_pipeline(tmp_path, one_process):
-    run(tmp_path / "first", "--stages", "2", "--build", "configure", "--epochs", "1", "--checkpoint")
+    """Three stages: each tensor goes from the rank that holds it to rank 0 alone (the third rank takes no part)."""
+    run(tmp_path / "first", "--stages", "3", "--build", "configure", "--epochs", "1", "--checkpoint")
     checkpoint = torch.load(tmp_path / "first" / "ckpt" / "last.ckpt", weights_only=True)
     single = BlockStack(64, 4, "init")
     single.load_state_dict(checkpoint["state_dict"])  # strict: every stage's tensors are there
     assert_states_close({k: v for k, v in single.state_dict().items()}, result(tmp_path / "first")["state"], atol=0)
     momentum = checkpoint["optimizer_states"][0]["state"]
     assert sorted(momentum) == list(range(8)) and all(s["momentum_buffer"].abs().sum() > 0 for s in momentum.values())
-    run(tmp_path / "resumed", "--stages", "2", "--build", "configure", "--epochs", "2",
+    run(tmp_path / "resumed", "--stages", "3", "--build", "configure", "--epochs", "2",
         "--resume", str(tmp_path / "first" / "ckpt" / "last.ckpt"))
     assert_states_close(result(tmp_path / "resumed")["state"], one_process["state"])
 

@@ -123,6 +123,18 @@ def broadcast_object(obj: Any, src: int, group: dist.ProcessGroup | None = None)
     return holder[0]
 
 
+def send_object(obj: Any, dst: int, group: dist.ProcessGroup | None = None) -> None:
+    """Send picklable ``obj`` to global rank ``dst`` alone (which calls :func:`receive_object`)."""
+    dist.send_object_list([obj], dst=dst, group=group, device=group_device(group))
+
+
+def receive_object(src: int, group: dist.ProcessGroup | None = None) -> Any:
+    """The object global rank ``src`` sent with :func:`send_object`."""
+    holder: list[Any] = [None]
+    dist.recv_object_list(holder, src=src, group=group, device=group_device(group))
+    return holder[0]
+
+
 class Pending:
     """A collective started in the background (:func:`start_all_reduce`, :func:`start_broadcast`);
     :meth:`wait` returns its result in the tensor it was started on, on that tensor's device."""

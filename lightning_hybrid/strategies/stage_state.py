@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from lightning_fabric.utilities.device_dtype_mixin import _update_properties
 
-from lightning_hybrid.comm.collectives import broadcast_, broadcast_object
+from lightning_hybrid.comm.collectives import exchange, receive_object, send_object
 from lightning_hybrid.pipeline import pipeline_blocks
 from lightning_hybrid.pipeline.materialize import (
     NoteInitialisation, RecordRandomState, check_ties, init_weights_hook, is_freed, materialize,
@@ -75,9 +75,10 @@ class StageOnlyState:
         return holders
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
-        """The whole model's state dict on rank 0, in its CPU memory, gathered tensor by tensor from the
-        ranks of its pipeline that hold each stage (collective: every rank calls it; the others get
-        ``{}``). Never more than one tensor of another stage on a rank's device."""
+        """The whole model's state dict on rank 0, in its CPU memory, sent tensor by tensor to it by the
+        ranks of its pipeline that hold each stage (every rank calls it; the others get ``{}``). Each
+        tensor travels once, from its holder to rank 0; never more than one tensor of another stage on
+        rank 0's device."""
         module = self.lightning_module
         if self.placement is None:  # not placed yet: every rank holds the whole model
             return {name: t.detach().cpu() for name, t in module.state_dict().items()}
@@ -86,13 +87,15 @@ class StageOnlyState:
         holders = self._holders()
         full: dict[str, torch.Tensor] = {}
         for name, tensor in module.state_dict(keep_vars=True).items():
-            src = holders.get(id(tensor))
+            src = holders.get(id(tensor), 0)
             tensor = tensor.detach()
-            if src is not None:
-                if tensor.is_meta:
-                    tensor = torch.empty(tensor.shape, dtype=tensor.dtype, device=self.root_device)
-                tensor = broadcast_(tensor.contiguous(), src=src, group=self._pp_group)
-            if self.global_rank == 0:
+            if src != 0 and self.global_rank == src:
+                exchange([(tensor.contiguous(), 0)], [], group=self._pp_group)
+            elif src != 0 and self.global_rank == 0:
+                received = torch.empty(tensor.shape, dtype=tensor.dtype, device=self.root_device)
+                exchange([], [(received, src)], group=self._pp_group)
+                full[name] = received.cpu()
+            elif self.global_rank == 0:
                 full[name] = tensor.cpu().clone()
         return full
 
@@ -101,7 +104,7 @@ class StageOnlyState:
 
     def optimizer_state(self, optimizer: Any) -> dict[str, Any]:
         """The optimizer's state for every stage's parameters on rank 0, parameter by parameter from the
-        rank that holds it (the other ranks get their own stage's)."""
+        rank that holds it, sent to rank 0 alone (the other ranks get their own stage's)."""
         state = super().optimizer_state(optimizer)
         if self.placement is None or self.mesh.replica_of(self.global_rank) != 0:
             return state
@@ -109,10 +112,12 @@ class StageOnlyState:
         params = [p for group in common.unwrap_optimizer(optimizer).param_groups for p in group["params"]]
         merged = {}
         for index, param in enumerate(params):
-            src = holders.get(id(param))
+            src = holders.get(id(param), 0)
             value = state["state"].get(index)
-            if src is not None:
-                value = broadcast_object(_to_cpu(value) if self.global_rank == src else None, src=src, group=self._pp_group)
+            if src != 0 and self.global_rank == src:
+                send_object(_to_cpu(value), dst=0, group=self._pp_group)
+            elif src != 0 and self.global_rank == 0:
+                value = receive_object(src=src, group=self._pp_group)
             if value is not None:
                 merged[index] = value
         if self.global_rank == 0:
