@@ -3,7 +3,8 @@
 Algorithms only, no Lightning: :func:`plan` takes :class:`Block` costs (from
 :func:`profile_blocks`) and :class:`Device` descriptions and returns a :class:`Placement`.
 ``Device``, ``devices_from_config`` and ``probe_speed`` live in :mod:`lightning_hybrid.devices`
-(with what a speed means) and are re-exported here.
+(with what a speed means) and are re-exported here. :mod:`~lightning_hybrid.placement.pipeline_stages`
+profiles a model's blocks and places them (what :class:`~lightning_hybrid.HybridParallelStrategy` runs).
 """
 
 from lightning_hybrid.devices import Device, devices_from_config, probe_speed

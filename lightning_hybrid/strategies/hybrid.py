@@ -13,7 +13,6 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
-import torch.distributed as dist
 from lightning_fabric.utilities.optimizer import _optimizers_to_device
 from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.overrides.distributed import _sync_module_states
@@ -24,11 +23,11 @@ from lightning_hybrid.comm.collectives import all_gather_object, broadcast_objec
 from lightning_hybrid.comm.delayed_allreduce import DelayedAllReduce
 from lightning_hybrid.devices import Device, PeakMemory, devices_from_config, devices_in_flops, free_memory, probe_speed
 from lightning_hybrid.pipeline import Mesh, PipelineParallel, StageModule, pipeline_blocks, pipeline_inputs, pipeline_loss
-from lightning_hybrid.pipeline.materialize import free, is_freed, meta_copy
+from lightning_hybrid.pipeline.materialize import free, is_freed
+from lightning_hybrid.placement.pipeline_stages import plan_stages
 from lightning_hybrid.pipeline.schedules import SCHEDULES
-from lightning_hybrid.placement import METHODS, Placement, plan, profile_blocks
+from lightning_hybrid.placement import METHODS, Placement
 from lightning_hybrid.placement.figure import format_placement, placement_figure
-from lightning_hybrid.placement.problem import InfeasiblePlacementError, Problem, memory_table
 from lightning_hybrid.strategies import common
 from lightning_hybrid.strategies.stage_state import StageOnlyState
 
@@ -329,49 +328,12 @@ class HybridParallelStrategy(StageOnlyState, common.RoutedEvaluation, common.Unw
         return [Device(f"rank{p}", speed=s, memory=m) for p, (s, m) in enumerate(speeds[: self.pipeline_stages])]
 
     def _plan(self, module: pl.LightningModule, example: torch.Tensor, devices: list[Device]) -> Placement:
-        """Profile the blocks on ``example`` (one micro-batch) and place them. FLOPs and memory come
-        from meta copies of the blocks (no memory, whatever the model's size); ``placement="time"``
-        times the real blocks."""
-        named = list(pipeline_blocks(module).named_children())
-        timed = self.placement_method == "time"
-        if timed and is_freed(module):
-            raise ValueError("placement='time' times the real blocks, but the model is on the meta device "
-                             "(configure_model()); use placement='gabra' or 'exact', or build the model in __init__")
-        was_training = [block.training for _, block in named]
-        # Profiling runs backward: the first batch may be validation's (sanity check), under inference mode.
-        with torch.inference_mode(False), torch.enable_grad():
-            pairs = named if timed else [(name, meta_copy(block)) for name, block in named]
-            if not timed:  # shapes only; at least 2 samples: BatchNorm in training mode refuses one per channel
-                example = torch.empty(max(len(example), 2), *example.shape[1:], dtype=example.dtype, device="meta")
-            else:
-                example = example.clone()
-            for _, block in pairs:
-                block.train()
-            blocks = profile_blocks(
-                pairs, example, optimizer_slots=self.optimizer_slots, measure_time=timed, repeats=2,
-                in_flight=min(self.micro_batches, self.pipeline_stages),
-            )
-        for (_, block), training in zip(named, was_training):
-            block.train(training)
-        try:
-            if isinstance(self.placement_method, str):
-                return plan(
-                    blocks, devices, method=self.placement_method, objective=self.objective,
-                    stages=self.pipeline_stages, seed=self.seed, **self.placement_options,
-                )
-            edges = [0]
-            for size in self.placement_method:
-                edges.append(edges[-1] + size)
-            problem = Problem(blocks, devices, self.pipeline_stages)
-            placement = problem.placement("given", list(range(self.pipeline_stages)), list(zip(edges[:-1], edges[1:])))
-        except InfeasiblePlacementError as error:
-            raise InfeasiblePlacementError(f"{error}\n{memory_table(blocks, devices, self.pipeline_stages)}") from None
-        if not placement.feasible:
-            raise InfeasiblePlacementError(
-                f"the given stage sizes {self.placement_method} do not fit the devices' memory:\n"
-                + memory_table(blocks, devices, self.pipeline_stages, placement)
-            )
-        return placement
+        """Profile the module's blocks on ``example`` (one micro-batch) and place them (:func:`plan_stages`)."""
+        return plan_stages(
+            pipeline_blocks(module), example, devices, self.placement_method, stages=self.pipeline_stages,
+            objective=self.objective, seed=self.seed, options=self.placement_options,
+            optimizer_slots=self.optimizer_slots, in_flight=min(self.micro_batches, self.pipeline_stages),
+        )
 
     def _agreed_placement(self, module: pl.LightningModule, example: torch.Tensor) -> Placement:
         """Rank 0 plans with ``example`` (one micro-batch); every rank gets the placement, or its error."""
