@@ -3,7 +3,8 @@
 (a pseudo-terminal: Lightning's progress bar). Each run has a hard time limit; a run past it fails the
 test with every process's Python stack (py-spy), so a hang is reported where it happens.
 
-Ranks are started as users' runs start them: the command reruns itself for rank 1 (no forking)."""
+Ranks are started as users' runs start them: on this CPU machine the suite's strategies fork rank 1 at fit
+(``fork_ranks: auto``), Lightning's ``ddp`` reruns the command for it."""
 
 from __future__ import annotations
 
@@ -106,8 +107,10 @@ def test_every_alias_finishes_as_users_type_it(tmp_path, alias, output):
                                    tmp_path, terminal=output == "terminal")
     assert returncode == 0, f"exit status {returncode}:\n{text[-4000:]}"
     assert text.count("final metrics") == 1 and "test/acc" in text, "rank 0 reports, once:\n" + text[-3000:]
-    if alias != "ddp_spawn":  # spawn starts rank 1 by multiprocessing, not by rerunning the command
+    if alias == "ddp":  # Lightning's DDPStrategy: rank 1 reruns the command, in the same run folder
         assert (tmp_path / "run" / "train_ddp_process_1.log").is_file(), "rank 1 reran the command in the same run folder"
+    elif alias != "ddp_spawn":  # the suite's strategies on CPU (fork_ranks: auto): rank 1 forked at fit
+        assert "GLOBAL_RANK: 1, MEMBER: 2/2" in text and not (tmp_path / "run" / "train_ddp_process_1.log").exists(), text[-3000:]
     if output == "file":
         assert "epoch 2/2  done" in text, "the log-line progress at each epoch's end"
     else:

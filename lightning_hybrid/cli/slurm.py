@@ -150,7 +150,7 @@ def _check_one_task_per_rank(cfg: Any) -> None:
             f"strategy.start_method={strategy.get('start_method')} starts the ranks from one process, but a SLURM "
             "job runs one task per rank: use strategy=ddp (start_method=popen) with hydra/launcher=slurm"
         )
-    if strategy.get("fork_ranks"):
+    if strategy.get("fork_ranks") is True:  # auto: SLURM starts every rank, nothing is forked
         raise ValueError(
             "strategy.fork_ranks=true forks ranks from one process, but a SLURM job runs one task per rank (and "
             "is a multirun): drop the override with hydra/launcher=slurm"

@@ -115,10 +115,12 @@ def summarize(jobs: Sequence[Job]) -> tuple[str | None, list[dict[str, Any]]]:
     key = fold_key(jobs)
     cols = columns(jobs)
     rows = []
-    for group in groups(jobs, key):
+    varying = {k for job in jobs for k in job.overrides if len({j.overrides.get(k) for j in jobs}) > 1}
+    for group in groups(jobs, key) if key else [Group({}, list(jobs))]:  # no folds: one table, a job per row
         settings = " ".join(f"{k}={v}" for k, v in group.settings.items())
         for job in group.jobs:
-            row = {"settings": settings, "fold": job.overrides.get(key, "") if key else job.folder.name,
+            shown = " ".join(f"{k}={v}" for k, v in job.overrides.items() if k in varying) or job.folder.name
+            row = {"settings": settings, "fold": job.overrides.get(key, "") if key else shown,
                    "best_checkpoint": job.best_checkpoint, "status": "ok" if job.metrics is not None else "no metrics"}
             for level, metric in cols:
                 row[f"{level}/{metric}"] = (job.metrics or {}).get(LEVELS[level] + metric, math.nan)
@@ -154,7 +156,7 @@ def format_table(key: str | None, rows: Sequence[dict[str, Any]]) -> str:
         folds = [r for r in mine if r["fold"] not in ("mean", "std")]
         head = (f"cross-validation over {key} ({len(folds)} folds)" if key else f"{len(folds)} jobs") + \
             f"{', ' + settings if settings else ''}; test set:"
-        widths = [max(len(key or "job"), 4)] + [max(len(c), 6) for c in metric_cols]
+        widths = [max([len(key or "job"), 4, *(len(str(r["fold"])) for r in mine)])] + [max(len(c), 6) for c in metric_cols]
         lines += [head, "  " + "  ".join([f"{key or 'job':<{widths[0]}}"] + [f"{c:>{w}}" for c, w in zip(metric_cols, widths[1:])])
                   + "  best checkpoint"]
         for row in mine:

@@ -93,7 +93,7 @@ class CheckingLauncher(_SubprocessScriptLauncher):
         self.cluster_environment.validate_settings(num_devices=self.num_processes, num_nodes=self.num_nodes)
         if not self.cluster_environment.creates_processes_externally:
             os.environ[LAUNCHER_PID_ENV] = str(os.getpid())
-            if self.strategy.fork_ranks:
+            if self.strategy.forks_ranks:
                 if self._fork_children():  # this is a forked rank: it trains, as a re-run script would
                     _set_num_threads_if_needed(num_processes=self.num_processes)
                     return function(*args, **kwargs)
@@ -218,7 +218,8 @@ class CheckedDDPStrategy(DDPStrategy):
         processes_per_device: processes on each device (2: two ranks share each GPU, over gloo);
             ``trainer.devices`` above the GPU count sets it on the command line.
         fork_ranks: start the other ranks by forking the main process (see above), not by running the
-            script again.
+            script again; ``"auto"``: fork when the ranks run on the CPU, rerun the script otherwise
+            (the command line's default).
         ddp_kwargs: keyword arguments of ``DistributedDataParallel`` (strategies that wrap the model).
     """
 
@@ -226,6 +227,14 @@ class CheckedDDPStrategy(DDPStrategy):
     aliases: ClassVar[dict[str, tuple[str, dict[str, Any]]]] = {}
     #: What the rank processes are called in the message that ends a run when one dies.
     process_role: ClassVar[str] = "worker"
+
+    @property
+    def forks_ranks(self) -> bool:
+        """Whether the launcher forks the other ranks: ``fork_ranks=True``, or ``"auto"`` with the ranks on the CPU
+        (a forked process cannot use a CUDA context; with GPUs each rank reruns the script)."""
+        if self.fork_ranks == "auto":
+            return all(device.type == "cpu" for device in self.parallel_devices or [torch.device("cpu")])
+        return bool(self.fork_ranks)
 
     def __init__(
         self,
@@ -242,8 +251,8 @@ class CheckedDDPStrategy(DDPStrategy):
     ) -> None:
         if isinstance(processes_per_device, bool) or not isinstance(processes_per_device, int) or processes_per_device < 1:
             raise ValueError(f"processes_per_device must be a positive integer, got {processes_per_device!r}")
-        if not isinstance(fork_ranks, bool):
-            raise ValueError(f"fork_ranks must be True or False, got {fork_ranks!r}")
+        if not (isinstance(fork_ranks, bool) or fork_ranks == "auto"):
+            raise ValueError(f"fork_ranks must be True, False or 'auto', got {fork_ranks!r}")
         self.processes_per_device = processes_per_device
         self.fork_ranks = fork_ranks
         super().__init__(
