@@ -58,9 +58,11 @@ def test_a_standby_runs_its_target_with_the_message_it_is_started_with(tmp_path)
     assert failing.start("x").wait(timeout=30) == 1
 
 
-def test_fork_ranks_must_be_a_bool():
-    with pytest.raises(ValueError, match="fork_ranks must be True or False"):
+def test_fork_ranks_must_be_a_bool_or_auto():
+    with pytest.raises(ValueError, match="fork_ranks must be True, False or 'auto'"):
         SSPStrategy(fork_ranks="yes")
+    assert SSPStrategy(fork_ranks="auto", parallel_devices=[torch.device("cpu")] * 2).forks_ranks
+    assert not SSPStrategy(fork_ranks="auto", parallel_devices=[torch.device("cuda", 0)] * 2).forks_ranks
 
 
 @pytest.mark.multiprocess

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.multiprocess
 @pytest.mark.timeout(900)
 def test_server_capacity_reports_the_cost_per_push_beside_the_floor_for_both_transports_and_shards():
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--workers", "1", "--transports", "shared_memory", "--params", "61706", "1000000", "3000000", "--pushes", "20",
+        [sys.executable, str(SCRIPT), "--workers", "1", "--transports", "shared_memory", "--params", "61706", "1000000", "3000000", "--pushes", "10",
          "--shards", "1", "2"],
         capture_output=True, text=True, timeout=900,
     )

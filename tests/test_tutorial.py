@@ -52,7 +52,7 @@ def test_the_script_trains_a_user_s_module_under_every_alias_with_lightning(tmp_
         assert result["output"].count("straggler report, epoch") == 2, result["output"][-3000:]
 
 
-@pytest.mark.parametrize("alias", ["ssp", "hybrid"])
+@pytest.mark.parametrize("alias", ["ssp"])  # the import changes are the same under every alias
 def test_the_script_with_pytorch_lightning_after_the_two_import_changes(tmp_path, data, alias):
     source = SCRIPT.read_text()
     changed = source.replace("import lightning as L  #", "import pytorch_lightning as L  #").replace(
