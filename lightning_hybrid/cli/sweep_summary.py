@@ -5,11 +5,12 @@ scan and per subject, with each fold's best checkpoint: how the field reports AD
 
     lightning-hybrid -m data=adni_caps data.split=0,1,2,3,4 model=resattnet3d_18
     ...
-    cross-validation over data.split (5 folds), test set, per scan | per subject:
-      data.split  bacc   sensitivity  specificity  auc    | bacc   ...  best checkpoint
-      0           0.712  0.690        0.734        0.781  | ...
-      mean        0.705  ...
-      std         0.021  ...
+    cross-validation over data.split (5 folds); test set:
+      data.split  scan/bacc  scan/sensitivity  ...  subject/auc  best checkpoint
+      0               0.820             0.760  ...        0.938  .../0/checkpoints/epoch009.ckpt
+      ...
+      mean            0.788             0.872  ...        0.926  5 of 5 folds
+      std             0.030             0.145  ...        0.024
 
 :func:`read_jobs` and :func:`summarize` are plain Python over the sweep's folders (each job's
 ``.hydra/overrides.yaml``, ``metrics.json`` and run record); :class:`SweepSummary` is the Hydra
