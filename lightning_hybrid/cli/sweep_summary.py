@@ -82,12 +82,17 @@ def fold_key(jobs: Sequence[Job]) -> str | None:
     return None
 
 
-def groups(jobs: Sequence[Job], key: str | None) -> list[Group]:
+def varying(jobs: Sequence[Job]) -> set[str]:
+    """The overrides whose value differs between the jobs."""
+    return {k for job in jobs for k in job.overrides if len({j.overrides.get(k) for j in jobs}) > 1}
+
+
+def groups(jobs: Sequence[Job], key: str) -> list[Group]:
     """The jobs grouped by the overrides that vary across the sweep but ``key``, in the order they first appear."""
-    varying = {k for job in jobs for k in job.overrides if len({j.overrides.get(k) for j in jobs}) > 1} - {key}
+    others = varying(jobs) - {key}
     found: dict[tuple, Group] = {}
     for job in jobs:
-        settings = {k: v for k, v in job.overrides.items() if k in varying}
+        settings = {k: v for k, v in job.overrides.items() if k in others}
         found.setdefault(tuple(sorted(settings.items())), Group(settings)).jobs.append(job)
     return list(found.values())
 
@@ -116,11 +121,11 @@ def summarize(jobs: Sequence[Job]) -> tuple[str | None, list[dict[str, Any]]]:
     key = fold_key(jobs)
     cols = columns(jobs)
     rows = []
-    varying = {k for job in jobs for k in job.overrides if len({j.overrides.get(k) for j in jobs}) > 1}
+    swept = varying(jobs)
     for group in groups(jobs, key) if key else [Group({}, list(jobs))]:  # no folds: one table, a job per row
         settings = " ".join(f"{k}={v}" for k, v in group.settings.items())
         for job in group.jobs:
-            shown = " ".join(f"{k}={v}" for k, v in job.overrides.items() if k in varying) or job.folder.name
+            shown = " ".join(f"{k}={v}" for k, v in job.overrides.items() if k in swept) or job.folder.name
             row = {"settings": settings, "fold": job.overrides.get(key, "") if key else shown,
                    "best_checkpoint": job.best_checkpoint, "status": "ok" if job.metrics is not None else "no metrics"}
             for level, metric in cols:

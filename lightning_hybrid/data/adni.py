@@ -249,7 +249,7 @@ class ADNIDataModule(InMemoryDataModule):
             if task not in TASKS:
                 raise ValueError(f"unknown task {task!r}; choose one of {sorted(TASKS)}, or set diagnoses=[...]")
             diagnoses = TASKS[task]
-        unknown = [d for d in diagnoses if clinicadl.diagnosis_label(d) not in clinicadl.TASK_LABELS]
+        unknown = [d for d in diagnoses if clinicadl.diagnosis_label(d) not in clinicadl.SEVERITY]
         if unknown or len(set(diagnoses)) < 2:
             raise ValueError(f"diagnoses must be two or more of AD, CN, MCI, sMCI, pMCI; got {list(diagnoses)}")
         if (csv_path is None) == (caps_directory is None):

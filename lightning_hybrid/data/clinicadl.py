@@ -58,9 +58,8 @@ DIAGNOSES = {
 #: and reverting MCI, and frontotemporal dementia's behavioural variant. Their rows are read, then dropped
 #: (and counted in the log) like any diagnosis outside a task's ``diagnoses``, as ClinicaDL drops them.
 OTHER_DIAGNOSES = {"smc": "SMC", "significant memory concern": "SMC", "umci": "uMCI", "rmci": "rMCI", "bv": "BV"}
-#: The labels a task can compare.
-TASK_LABELS = ("AD", "CN", "MCI", "sMCI", "pMCI")
-#: From healthy to demented: the later of two labels is the disease ("positive") class.
+
+#: From healthy to demented: the later of two labels is the disease ("positive") class; the labels a task can compare.
 SEVERITY = ("CN", "sMCI", "MCI", "pMCI", "AD")
 
 _ADNI = re.compile(r"^(?:sub-)?(?:ADNI)?(\d{3})_?S_?(\d{4})$", re.IGNORECASE)
