@@ -10,6 +10,10 @@ task is then the one command a user types,
 
     lightning-hybrid -m data=adni_like data.task=TASK data.split=0,1,2,3,4 model=resattnet3d_18 ...
 
+``pMCI_vs_sMCI_from_AD_vs_CN`` is pMCI vs sMCI with each fold started from the weights of AD vs CN's
+run of the same fold (``transfer_path=.../sweep_AD_vs_CN/${data.split}``), as ClinicaDL's evaluation
+(Wen et al. 2020) trains its MCI networks.
+
 whose sweep ends with its table (``summary.csv``: each fold's test metrics per scan and per subject,
 mean and standard deviation); this script reads the two tables and prints them beside paper 003's
 accuracies and the leakage-free literature's balanced accuracies. A finished sweep is kept: rerunning
@@ -32,9 +36,14 @@ from pathlib import Path
 #: The tasks, the diagnoses their cohort holds, and what others report for them: paper 003's best test
 #: accuracy (3D-ResAttNet-18, its Table 3, one split of unstated construction) and the leakage-free
 #: balanced accuracy of subject-level 3D CNNs on ADNI (Wen et al. 2020, ClinicaDL).
+#: ``from``: the run starts from the weights of that task's run of the same fold (``transfer_path``), as
+#: ClinicaDL's evaluation trains its MCI networks from the AD vs CN ones; such a run uses its data task's
+#: cohort and runs after the task it starts from.
 TASKS = {
     "AD_vs_CN": {"diagnoses": ["AD", "CN"], "paper003": "0.92-0.96 accuracy", "leakage_free": "about 0.80-0.90"},
     "pMCI_vs_sMCI": {"diagnoses": ["pMCI", "sMCI"], "paper003": "0.80-0.82 accuracy", "leakage_free": "about 0.70-0.75"},
+    "pMCI_vs_sMCI_from_AD_vs_CN": {"data_task": "pMCI_vs_sMCI", "from": "AD_vs_CN", "diagnoses": ["pMCI", "sMCI"],
+                                   "paper003": "", "leakage_free": "about 0.70-0.75"},
 }
 METRICS = ("bacc", "sensitivity", "specificity", "auc")
 
@@ -52,8 +61,11 @@ def cross_validate(task: str, cohort: Path, sweep: Path, args: argparse.Namespac
     """The user's command for ``task``'s cross-validation; the rows of its ``summary.csv``."""
     if not (sweep / "summary.csv").is_file():
         folds = ",".join(str(k) for k in range(args.folds))
+        source = TASKS[task].get("from")
+        transfer = [f"transfer_path={args.workdir.resolve() / f'sweep_{source}'}/${{data.split}}"] if source else []
         command = [
-            sys.executable, "-m", "lightning_hybrid.cli", "-m", "data=adni_like", f"data.task={task}",
+            sys.executable, "-m", "lightning_hybrid.cli", "-m", "data=adni_like",
+            f"data.task={TASKS[task].get('data_task', task)}", *transfer,
             f"data.caps_directory={cohort / 'caps'}", f"data.tsv_path={cohort / 'split'}",
             f"data.cache_dir={cohort / 'cache'}", f"data.split={folds}",
             f"data.image_shape=[{','.join(map(str, args.image_shape))}]", f"data.spacing=[{','.join(map(str, args.spacing))}]",
@@ -87,7 +99,7 @@ def table(results: dict[str, list[dict]], args: argparse.Namespace) -> str:
     ]
     for task, rows in results.items():
         for level in ("scan", "subject"):
-            lines.append(f"| {task.replace('_vs_', ' vs ')} | {level} | " + " | ".join(cell(rows, level, m) for m in METRICS)
+            lines.append(f"| {task.replace('_vs_', ' vs ').replace('_from_', ' from ')} | {level} | " + " | ".join(cell(rows, level, m) for m in METRICS)
                          + f" | {TASKS[task]['paper003'] if level == 'scan' else ''} | "
                          + f"{TASKS[task]['leakage_free'] if level == 'scan' else ''} |")
     lines += ["", "Per fold (balanced accuracy per scan):", ""]
@@ -111,8 +123,10 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     results = {}
-    for task in args.tasks:
-        cohort = args.workdir / f"cohort_{task}"
+    for task in sorted(args.tasks, key=lambda t: "from" in TASKS[t]):  # a transfer after its source
+        if (source := TASKS[task].get("from")) and not (args.workdir / f"sweep_{source}" / "summary.csv").is_file():
+            parser.error(f"{task} starts from {source}'s runs: run --tasks {source} {task}")
+        cohort = args.workdir / f"cohort_{TASKS[task].get('data_task', task)}"
         ensure_cohort(cohort, TASKS[task]["diagnoses"], args.subjects, args.seed)
         results[task] = cross_validate(task, cohort, args.workdir / f"sweep_{task}", args)
     text = table(results, args)

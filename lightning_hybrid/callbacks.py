@@ -1,5 +1,5 @@
-"""Lightning callbacks of the suite: epoch timing, peak memory, simulated heterogeneity, progress lines and
-CSV logs continued across spawned stages."""
+"""Lightning callbacks of the suite: epoch timing, peak memory, simulated heterogeneity, progress lines,
+CSV logs continued across spawned stages and weights transferred from another run."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from lightning_hybrid.say import say
 
 from lightning_hybrid.sim.contention import check_cores
 from lightning_hybrid.sim.slowdown import SlowBatches, StepStretcher, check_where
+from lightning_hybrid.transfer import load_transferred, read_state_dict, transfer_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -410,3 +411,28 @@ class ContinueCSVLog(pl.Callback):
             if path and not writer.metrics_keys and os.path.isfile(path):
                 with open(path, newline="") as f:
                     writer.metrics_keys = sorted(next(csv.reader(f), []))
+
+
+class TransferWeights(pl.Callback):
+    """Starts fitting from another run's weights (ClinicaDL's ``--transfer_path``; the CLI's
+    ``transfer_path=``): ``path`` is a ``.ckpt`` file or a run folder (its best checkpoint).
+
+    The weights are copied when fitting starts, after the strategy has built the model (a pipeline
+    stage takes its part); a run that resumes from a checkpoint (``ckpt_path``) keeps the resumed
+    weights instead. See :mod:`lightning_hybrid.transfer` for what must match.
+
+    Example::
+
+        >>> # pl.Trainer(callbacks=[TransferWeights("outputs/multirun/ad_vs_cn/0")]).fit(module, datamodule)
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.ckpt_path:
+            log.info("transfer_path=%s not applied: this run resumes from %s", self.path, trainer.ckpt_path)
+            return
+        checkpoint = transfer_checkpoint(self.path)
+        copied = load_transferred(pl_module, read_state_dict(checkpoint), source=str(checkpoint))
+        log.info("started from the weights of %s (%d tensors)", checkpoint, copied)

@@ -34,13 +34,14 @@ from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from lightning_hybrid import namespace
 from lightning_hybrid.classifier import ClassifierModule
-from lightning_hybrid.callbacks import ContinueCSVLog, HeterogeneitySimulator, ProgressLog
+from lightning_hybrid.callbacks import ContinueCSVLog, HeterogeneitySimulator, ProgressLog, TransferWeights
 from lightning_hybrid.cli.relaunch import child_ranks_rerun_this_job, in_multirun
 from lightning_hybrid.cli.resume import compared_config, record_end, record_start, resolve_ckpt_path
 from lightning_hybrid.cli.slurm import submitit_task_as_rank, task_threads  # also registers ${lh_slurm:...}
 from lightning_hybrid.preemption import Preemption, Stop
 from lightning_hybrid.strategies.checkpoint_io import AtomicCheckpointIO
 from lightning_hybrid.watchdog import Watchdog
+from lightning_hybrid.transfer import transfer_checkpoint
 
 log = logging.getLogger("lightning_hybrid")
 
@@ -134,6 +135,8 @@ def build_callbacks(cfg: DictConfig, datamodule: Any = None) -> list[pl.Callback
         callbacks.append(ProgressLog(every_s=float(cfg.get("progress_every_s", 30))))
     if cfg.get("watchdog_s") is not None:
         callbacks.append(Watchdog(timeout_s=float(cfg.watchdog_s), setting=f"watchdog_s={cfg.watchdog_s}"))
+    if cfg.get("transfer_path"):
+        callbacks.append(TransferWeights(str(transfer_checkpoint(cfg.transfer_path))))  # a bad path fails here
     callbacks.append(ContinueCSVLog())
     return callbacks
 
