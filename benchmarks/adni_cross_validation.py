@@ -87,6 +87,21 @@ def cell(rows: list[dict], level: str, metric: str) -> str:
     return f"{float(mean):.3f} ± {float(std):.3f}"
 
 
+def ceiling(cohort: Path, disease: str) -> tuple[float, float]:
+    """What the cohort allows at best: the balanced accuracy of the best threshold on each baseline
+    subject's true severity (in-sample, so optimistic) and that severity's AUC (the generator's
+    ``truth.tsv``): no image model can beat what the severity that drew the atrophy gives."""
+    with open(cohort / "truth.tsv") as f:
+        rows = [r for r in csv.DictReader(f, delimiter="\t") if r["session_id"] == "ses-M000"]
+    truth = [(float(r["severity"]), r["diagnosis"] == disease) for r in rows]
+    positives = sum(y for _, y in truth)
+    negatives = len(truth) - positives
+    best = max((sum(s > t and y for s, y in truth) / positives + sum(s <= t and not y for s, y in truth) / negatives) / 2
+               for t, _ in truth)
+    pairs = sum((sp > sn) + 0.5 * (sp == sn) for sp, yp in truth if yp for sn, yn in truth if not yn)
+    return best, pairs / (positives * negatives)
+
+
 def table(results: dict[str, list[dict]], args: argparse.Namespace) -> str:
     lines = [
         f"3D-ResAttNet-18 ({args.base_channels} base channels), {args.folds}-fold cross-validation, "
@@ -102,6 +117,13 @@ def table(results: dict[str, list[dict]], args: argparse.Namespace) -> str:
             lines.append(f"| {task.replace('_vs_', ' vs ').replace('_from_', ' from ')} | {level} | " + " | ".join(cell(rows, level, m) for m in METRICS)
                          + f" | {TASKS[task]['paper003'] if level == 'scan' else ''} | "
                          + f"{TASKS[task]['leakage_free'] if level == 'scan' else ''} |")
+    lines += ["", "The cohorts' ceiling (the best threshold on the true severity of each baseline subject, in-sample; "
+              "that severity's AUC):", ""]
+    for task in results:
+        cohort = args.workdir / f"cohort_{TASKS[task].get('data_task', task)}"
+        if "from" not in TASKS[task]:
+            bacc, auc = ceiling(cohort, TASKS[task]["diagnoses"][0])
+            lines.append(f"- {task.replace('_vs_', ' vs ')}: balanced accuracy {bacc:.3f}, AUC {auc:.3f}")
     lines += ["", "Per fold (balanced accuracy per scan):", ""]
     for task, rows in results.items():
         folds = [r for r in rows if r["fold"] not in ("mean", "std")]
