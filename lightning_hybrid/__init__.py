@@ -2,7 +2,8 @@
 
 Pass one of the strategies to a ``pytorch_lightning.Trainer`` (or its alias: ``strategy="ssp"``);
 :class:`ClassifierModule` wraps any classification network for them. ``__version__`` is the
-installed release.
+installed release. With ``import lightning as L``, the same names are in :mod:`lightning_hybrid.lightning`
+(generated: :mod:`lightning_hybrid.namespace`).
 
 Examples:
     >>> import importlib.metadata
@@ -15,18 +16,28 @@ Examples:
 
 from lightning_hybrid import namespace as _namespace
 
-_namespace.install()  # first: serves the glue against `lightning` where `pytorch_lightning` is missing
-
-from lightning_hybrid.classifier import ClassifierModule  # noqa: E402
-from lightning_hybrid.strategies import (  # noqa: E402
-    AllReduceASGDStrategy,
-    BalancedDataParallelStrategy,
-    CNeuralStrategy,
-    HybridParallelStrategy,
-    LocalSGDStrategy,
-    PartitionedInferenceStrategy,
-    SSPStrategy,
-)
+if _namespace.BASE == "pytorch_lightning" or __name__ != _namespace.PACKAGE:
+    from lightning_hybrid.classifier import ClassifierModule
+    from lightning_hybrid.strategies import (
+        AllReduceASGDStrategy,
+        BalancedDataParallelStrategy,
+        CNeuralStrategy,
+        HybridParallelStrategy,
+        LocalSGDStrategy,
+        PartitionedInferenceStrategy,
+        SSPStrategy,
+    )
+else:  # only `lightning` is installed: this package's names are its lightning flavour's (generated)
+    from lightning_hybrid.lightning import (  # type: ignore[assignment]
+        AllReduceASGDStrategy,
+        BalancedDataParallelStrategy,
+        ClassifierModule,
+        CNeuralStrategy,
+        HybridParallelStrategy,
+        LocalSGDStrategy,
+        PartitionedInferenceStrategy,
+        SSPStrategy,
+    )
 
 __version__ = "0.1.0"
 

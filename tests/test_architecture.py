@@ -15,8 +15,8 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "lightning_hybrid"
 ALGORITHMS = {"balance", "comm", "devices", "metrics", "models", "namespace", "parameter_server", "partition", "pipeline",
-              "placement", "run_folder", "say", "sim"}
-GLUE = {"callbacks", "classifier", "cli", "data", "explain", "preemption", "straggler", "strategies", "watchdog"}
+              "placement", "run_folder", "say", "sim", "transfer"}
+GLUE = {"callbacks", "classifier", "cli", "data", "explain", "lightning", "preemption", "straggler", "strategies", "watchdog"}
 LIGHTNING = ("pytorch_lightning", "lightning_fabric", "lightning")
 MODULES = sorted(p for p in PACKAGE.rglob("*.py"))
 

@@ -26,11 +26,27 @@ def test_the_modules_that_import_lightning_are_glue_and_the_others_are_shared():
     glue = namespace.glue_modules()
     assert {"lightning_hybrid", "lightning_hybrid.strategies.ssp", "lightning_hybrid.straggler"} <= glue
     assert "lightning_hybrid.strategies.step_count" in glue  # through its package's __init__, which imports Lightning
-    assert not {"lightning_hybrid.comm.delayed_allreduce", "lightning_hybrid.run_folder", "lightning_hybrid.namespace"} & glue
+    assert not {"lightning_hybrid.comm.delayed_allreduce", "lightning_hybrid.run_folder", "lightning_hybrid.namespace",
+                "lightning_hybrid.transfer"} & glue  # `from lightning_hybrid import run_folder` is not glue
     import lightning_hybrid.comm
     import lightning_hybrid.lightning.comm
+    import lightning_hybrid.lightning.pipeline.materialize as mirrored
+    import lightning_hybrid.pipeline.materialize
 
-    assert lightning_hybrid.lightning.comm is lightning_hybrid.comm, "an algorithm is one module under both names"
+    assert lightning_hybrid.lightning.comm.DelayedAllReduce is lightning_hybrid.comm.DelayedAllReduce, "an algorithm's objects are one"
+    assert mirrored._own_tensors is lightning_hybrid.pipeline.materialize._own_tensors  # private names too
+
+
+def test_the_lightning_flavour_is_real_files_generated_and_current():
+    """``lightning_hybrid/lightning/`` is what ``python tools/generate_lightning_namespace.py`` writes, and no import
+    hook remains: a stale or missing file fails here, naming the command that rewrites it."""
+    stale = namespace.stale_mirror_files()
+    assert not stale, f"stale lightning flavour files {stale}: run `python tools/generate_lightning_namespace.py` and commit them"
+    assert not [f for f in sys.meta_path if type(f).__module__.startswith("lightning_hybrid")], sys.meta_path
+    import lightning_hybrid.lightning.strategies.ssp as ssp
+
+    assert Path(ssp.__file__) == namespace.MIRROR_DIR / "strategies" / "ssp.py"
+    assert "lightning.pytorch" in Path(ssp.__file__).read_text() and "pytorch_lightning" not in Path(ssp.__file__).read_text()
 
 
 def test_the_lightning_source_names_lightning_and_the_mirror_s_glue():
@@ -63,6 +79,31 @@ def test_a_lightning_flavour_object_is_refused_by_the_other_trainer_with_lightni
     assert lightning_hybrid.SSPStrategy is not SSPStrategy
 
 
+#: mypy on a user's two lines: our package followed, the big libraries' own code skipped (seconds, not minutes).
+MYPY_CONFIG = """[mypy]
+follow_imports = silent
+ignore_missing_imports = True
+incremental = False
+[mypy-torch.*,lightning.*,pytorch_lightning.*,lightning_fabric.*,torchmetrics.*,hydra.*,omegaconf.*,numpy.*,scipy.*]
+follow_imports = skip
+"""
+
+
+def test_a_type_checker_resolves_our_classes_under_each_namespace(tmp_path):
+    """``from lightning_hybrid.lightning import SSPStrategy`` resolves to the generated class (no import hook
+    for a type checker to miss). MYPYPATH names this checkout: mypy cannot follow an editable install's
+    finder, and a wheel ships py.typed."""
+    (tmp_path / "mypy.ini").write_text(MYPY_CONFIG)
+    for namespace_module, expected in (("lightning_hybrid.lightning", "lightning_hybrid.lightning.strategies.ssp.SSPStrategy"),
+                                       ("lightning_hybrid", "lightning_hybrid.strategies.ssp.SSPStrategy")):
+        script = tmp_path / "user.py"
+        script.write_text(f"from {namespace_module} import SSPStrategy\nreveal_type(SSPStrategy)\n")
+        proc = subprocess.run([sys.executable, "-m", "mypy", "--config-file", str(tmp_path / "mypy.ini"), str(script)],
+                              env=clean_env(MYPYPATH=str(TESTS.parent)), cwd=tmp_path, capture_output=True, text=True, timeout=240)
+        assert f"-> {expected}\"" in proc.stdout, proc.stdout + proc.stderr
+        assert (TESTS.parent / "lightning_hybrid" / "py.typed").is_file()
+
+
 def fit(out: Path, *args: str) -> dict:
     """tests/namespace_script.py in a new interpreter (the tests' zygote has imported pytorch_lightning)."""
     out.mkdir(parents=True, exist_ok=True)
@@ -78,8 +119,9 @@ def test_a_user_s_module_trains_in_either_namespace_with_or_without_the_other_in
     only_lightning = fit(tmp_path / "lightning", "--namespace", "lightning", "--strategy", "allreduce_asgd",
                          "--block", "pytorch_lightning", "lightning_fabric")
     only_pl = fit(tmp_path / "pl", "--namespace", "pytorch_lightning", "--strategy", "allreduce_asgd", "--block", "lightning")
-    # Only `lightning` installed: the package itself is its lightning flavour, and nothing imports pytorch_lightning.
-    assert only_lightning["strategy"] == only_pl["strategy"] == "lightning_hybrid.strategies.allreduce_asgd.AllReduceASGDStrategy"
+    # Only `lightning` installed: the alias builds the lightning flavour's class, and nothing imports pytorch_lightning.
+    assert only_lightning["strategy"] == "lightning_hybrid.lightning.strategies.allreduce_asgd.AllReduceASGDStrategy"
+    assert only_pl["strategy"] == "lightning_hybrid.strategies.allreduce_asgd.AllReduceASGDStrategy"
     assert only_lightning["loaded"] == ["lightning"] and only_pl["loaded"] == ["pytorch_lightning"]
     for result in (only_lightning, only_pl):
         assert result["reports"] == 2, "the straggler report ran at each epoch's end"

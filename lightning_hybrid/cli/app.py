@@ -60,9 +60,9 @@ OmegaConf.register_new_resolver("logical_workers", _logical_workers, replace=Tru
 def build(cfg: DictConfig, **kwargs: Any) -> Any:
     """``hydra.utils.instantiate`` with plain Python containers, never ListConfig/DictConfig: those
     would end up in checkpoints (hyperparameters, optimizer state) that then fail to load with
-    ``torch.load(weights_only=True)``. Where only ``lightning`` is installed, the configs'
-    ``pytorch_lightning.*`` targets name its ``lightning.pytorch.*`` classes."""
-    if namespace.BASE == "lightning" and isinstance(cfg, DictConfig):
+    ``torch.load(weights_only=True)``. In the ``lightning`` flavour (the command where only ``lightning`` is
+    installed), the configs' targets name its classes (``lightning.pytorch.*``, ``lightning_hybrid.lightning.*``)."""
+    if __name__.startswith(namespace.MIRROR) and isinstance(cfg, DictConfig):
         with read_write(cfg), open_dict(cfg):
             _translate_targets(cfg)
     return instantiate(cfg, _convert_="all", **kwargs)
@@ -72,7 +72,7 @@ def _translate_targets(node: Any) -> None:
     if isinstance(node, DictConfig):
         for key in node:
             if key == "_target_" and isinstance(node[key], str):
-                node[key] = namespace.translate(node[key])
+                node[key] = namespace.lightning_name(node[key])
             else:
                 _translate_targets(node._get_node(key))
     elif isinstance(node, ListConfig):

@@ -4,11 +4,12 @@
 Importing this package registers each strategy's string aliases with Lightning's
 ``StrategyRegistry`` (``import lightning_hybrid`` does so): ``"ssp"``, ``"ssp_bounded"``,
 ``"ssp_async"``, ``"cneural"``, ``"allreduce_asgd"``, ``"allreduce_asgd_dc"``, ``"local_sgd"``, ``"hybrid"``,
-``"partitioned_inference"``, ``"balanced"``. Where both Lightning namespaces are installed, the
-aliases are registered with ``lightning.pytorch``'s registry too (when it is imported), naming this
-package's ``lightning`` flavour (:mod:`lightning_hybrid.namespace`).
+``"partitioned_inference"``, ``"balanced"``. Where ``lightning`` is imported already, the aliases are
+registered with ``lightning.pytorch``'s registry too, naming this package's ``lightning`` flavour
+(:mod:`lightning_hybrid.namespace`); ``import lightning_hybrid.lightning`` registers them there in any order.
 """
 
+import sys
 from functools import partial
 from typing import Any
 
@@ -42,10 +43,10 @@ def _register_lightning_flavours(strategies_module: Any) -> None:
                                                         override=True, **init_params)
 
 
-# Not in the `lightning` flavour itself (served under namespace.MIRROR, or as this package where only
-# `lightning` is installed): its own registrations above are the ones `lightning.pytorch` needs.
-if not __name__.startswith(namespace.MIRROR) and namespace.BASE != "lightning" and namespace.installed("lightning"):
-    namespace.when_imported("lightning.pytorch.strategies", _register_lightning_flavours)
+# In this package only (not in its lightning flavour, whose own registrations above are lightning.pytorch's):
+# where `lightning` is imported already, its Trainer gets the aliases too, naming the lightning flavour.
+if not __name__.startswith(namespace.MIRROR) and "lightning.pytorch.strategies" in sys.modules:
+    _register_lightning_flavours(sys.modules["lightning.pytorch.strategies"])
 
 __all__ = [
     "AllReduceASGDStrategy",

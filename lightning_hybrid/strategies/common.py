@@ -343,8 +343,8 @@ class CheckedDDPStrategy(DDPStrategy):
 
     @classmethod
     def register_strategies(cls, strategy_registry: Any) -> None:
-        """Register :attr:`aliases` with Lightning's ``StrategyRegistry`` (replacing the lazy entries
-        :mod:`lightning_hybrid.namespace` puts there for the other namespace's flavour)."""
+        """Register :attr:`aliases` with Lightning's ``StrategyRegistry`` (replacing the entries that
+        ``import lightning_hybrid`` may have put there for the other namespace's flavour)."""
         for name, (description, init_params) in cls.aliases.items():
             strategy_registry.register(name, cls, description=description, override=True, **init_params)
 

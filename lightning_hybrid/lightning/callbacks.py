@@ -1,0 +1,439 @@
+# Generated from lightning_hybrid/callbacks.py by `python tools/generate_lightning_namespace.py`: edit that file, not this one.
+"""Lightning callbacks of the suite: epoch timing, peak memory, simulated heterogeneity, progress lines,
+CSV logs continued across spawned stages and weights transferred from another run."""
+
+from __future__ import annotations
+
+import csv
+import logging
+import multiprocessing
+import os
+import statistics
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from torch.utils.data import DataLoader
+
+from lightning_hybrid.devices import PeakMemory
+from lightning_hybrid.say import say
+
+from lightning_hybrid.sim.contention import check_cores
+from lightning_hybrid.sim.slowdown import SlowBatches, StepStretcher, check_where
+from lightning_hybrid.transfer import load_transferred, read_state_dict, transfer_checkpoint
+
+log = logging.getLogger(__name__)
+
+
+class EpochTimer(pl.Callback):
+    """Logs each training epoch's wall-clock time and throughput.
+
+    Logged once per epoch, per rank (rank 0's values reach the loggers): ``time/epoch_s`` (seconds
+    from the first training batch to the end of the training epoch, validation excluded),
+    ``time/samples_per_s`` (training samples this rank processed per second in that time) and
+    ``time/elapsed_s`` (wall-clock seconds since training started, up to the end of this epoch's
+    validation: the time axis of time-to-accuracy comparisons) and ``time/training_s`` (the same
+    clock without the time spent in validation loops: what training itself cost up to that point).
+
+    Example::
+
+        >>> timer = EpochTimer()
+        >>> # pl.Trainer(callbacks=[timer]); afterwards timer.epoch_times holds one entry per epoch
+    """
+
+    def __init__(self) -> None:
+        self.epoch_times: list[float] = []
+        self._start: float | None = None
+        self._fit_start: float | None = None
+        self._end = 0.0
+        self._samples = 0
+        self._validating_since: float | None = None
+        self._validation_s = 0.0
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._fit_start = time.perf_counter()
+        self._validation_s = 0.0
+
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._validating_since = time.perf_counter()
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._validating_since is not None and self._fit_start is not None:
+            self._validation_s += time.perf_counter() - self._validating_since
+        self._validating_since = None
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._start, self._samples = None, 0
+
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch, batch_idx: int) -> None:
+        if self._start is None:
+            self._start = time.perf_counter()
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs, batch, batch_idx: int) -> None:
+        first = batch[0] if isinstance(batch, (list, tuple)) else batch
+        self._samples += len(first)
+        self._end = time.perf_counter()
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._start is None:
+            return
+        # Up to the end of the last batch: validation runs before on_train_epoch_end.
+        elapsed = self._end - self._start
+        self.epoch_times.append(elapsed)
+        pl_module.log("time/epoch_s", elapsed, on_step=False, on_epoch=True)
+        pl_module.log("time/samples_per_s", self._samples / max(elapsed, 1e-9), on_step=False, on_epoch=True)
+        if self._fit_start is not None:
+            elapsed_since_start = time.perf_counter() - self._fit_start
+            pl_module.log("time/elapsed_s", elapsed_since_start, on_step=False, on_epoch=True)
+            pl_module.log("time/training_s", elapsed_since_start - self._validation_s, on_step=False, on_epoch=True)
+
+
+#: The steps (after the fit's first) over which :class:`HeterogeneitySimulator` measures a rank's work
+#: per sample for ``where="after_step"`` and ``"data"``.
+CALIBRATION_STEPS = 5
+
+
+class PeakMemoryMonitor(pl.Callback):
+    """Logs each rank's peak memory above what it held when the Trainer set up, at each training
+    epoch's end, under any strategy: ``memory/rank<r>_peak_MiB`` (every rank's value gathered, so
+    rank 0's loggers have them all). CUDA: ``max_memory_allocated``; CPU: the peak resident set
+    (:class:`~lightning_hybrid.devices.PeakMemory`). The hybrid strategy logs the same keys, beside its
+    plan's estimates, by itself.
+
+    Example::
+
+        >>> monitor = PeakMemoryMonitor()   # pl.Trainer(callbacks=[monitor]); CLI: callbacks=[...,peak_memory]
+    """
+
+    def __init__(self) -> None:
+        self._peak: PeakMemory | None = None
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if self._peak is None:
+            self._peak = PeakMemory(trainer.strategy.root_device)
+            self._peak.start()
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if getattr(trainer.strategy, "logs_peak_memory", False):
+            return
+        peak = self._peak.peak() if self._peak is not None else None
+        # Every rank gathers, one without a measurement too (a NaN, not logged): a rank that returned
+        # early would leave the others waiting in the gather. On the rank's device: NCCL gathers CUDA tensors only.
+        mine = float("nan") if peak is None else peak / 2**20
+        peaks = trainer.strategy.all_gather(torch.tensor([mine], dtype=torch.float64, device=trainer.strategy.root_device))
+        for rank, value in enumerate(peaks.reshape(-1).tolist()):
+            if value == value:  # not NaN
+                pl_module.log(f"memory/rank{rank}_peak_MiB", value, sync_dist=True)  # the same on every rank
+
+
+class HeterogeneitySimulator(pl.Callback):
+    """Lightning callback: rank ``i`` is ``slowdown[i]`` times slower, with the time put where ``where`` says.
+
+    The rank's work in each training batch (forward, backward, optimizer step and the hooks around
+    them, measured as the process's CPU time on CPU devices, as wall-clock time minus the time the
+    strategy reports waiting on GPUs) is what a slowdown multiplies; the extra time is slept. (CPU
+    time is the work when each process runs one torch thread, as the CLI sets on CPU with as many
+    processes as cores; intra-op threads spinning while another process has the core add to it.)
+
+    * ``where="compute"``: ``factor - 1`` times the step's work, inside the strategy where it times
+      its compute, for strategies that can slow it themselves (``inject_compute_slowdown``:
+      :class:`~lightning_hybrid.HybridParallelStrategy`, whose pipeline stages wait for each other
+      within a step, and :class:`~lightning_hybrid.BalancedDataParallelStrategy`, right before its
+      gradients' all-reduce); after the optimizer step for the others.
+    * ``where="after_step"``: after the optimizer step (``on_train_batch_end``), for every strategy:
+      what a heavy callback, logging, or a busier host looks like.
+    * ``where="data"``: in the rank's training DataLoader (its collate function sleeps,
+      :class:`~lightning_hybrid.sim.SlowBatches`): a slow disk or decoder.
+
+    For ``after_step`` and ``data`` the sleep is ``factor - 1`` times the rank's work per sample,
+    measured over its first steps (:data:`CALIBRATION_STEPS` after the first, at the shares the run
+    starts with) and then fixed, times the batch's samples: the rank's cost per sample is ``factor``
+    times its own whatever share of the data a strategy gives it, as a slow disk's would be.
+
+    Waiting for other processes is not stretched: a slow device computes slowly, it does not wait
+    longer. A strategy whose ranks wait for one another (DDP) slows to the slowest rank's pace,
+    and one that lets ranks run ahead (SSP) does not: exactly the contrast the benchmarks measure.
+    Real contention instead of sleeping: ``affinity`` pins ranks to cores that a
+    :class:`~lightning_hybrid.sim.Competitor` process (started by the benchmark) keeps busy.
+
+    Args:
+        slowdown: one factor per rank (``len == world size``), each >= 1; ``None`` for none.
+        straggle_prob: per-step (``where="data"``: per-batch) probability of a transient straggler, on every rank.
+        straggle_factor: how much slower a straggler step is.
+        seed: straggler draws use ``(seed, rank)``, so runs are reproducible.
+        collective_latency_s: seconds of simulated network latency added to every gradient
+            collective, for strategies that can take it (``AllReduceASGDStrategy``): a
+            communication-bound setting on one machine.
+        where: ``"compute"``, ``"after_step"`` or ``"data"`` (see above).
+        affinity: one entry per rank: the CPU cores it is pinned to (``os.sched_setaffinity``), or
+            ``None`` to leave it where it is; ``None`` for no pinning.
+
+    Example::
+
+        >>> sim = HeterogeneitySimulator(slowdown=[1.0, 4.0])   # rank 1 is four times slower
+        >>> # pl.Trainer(devices=2, strategy="ddp", callbacks=[sim])
+        >>> sim = HeterogeneitySimulator(slowdown=[1.0, 4.0], where="data")  # rank 1's batches arrive 4x slower
+    """
+
+    def __init__(
+        self,
+        slowdown: Sequence[float] | None = None,
+        straggle_prob: float = 0.0,
+        straggle_factor: float = 3.0,
+        seed: int = 0,
+        collective_latency_s: float = 0.0,
+        where: str = "compute",
+        affinity: Sequence[Sequence[int] | None] | None = None,
+    ) -> None:
+        if not collective_latency_s >= 0:
+            raise ValueError(f"collective_latency_s must be non-negative seconds, got {collective_latency_s}")
+        self.collective_latency_s = float(collective_latency_s)
+        self.slowdown = None if slowdown is None else [float(f) for f in slowdown]
+        self.straggle_prob = float(straggle_prob)
+        self.straggle_factor = float(straggle_factor)
+        self.seed = int(seed)
+        self.where = check_where(where)
+        self.affinity = None if affinity is None else [None if c is None else check_cores(c) for c in affinity]
+        # Validate every factor now, in the launching process, before workers are started.
+        for factor in self.slowdown or [1.0]:
+            StepStretcher(factor, self.straggle_prob, self.straggle_factor)
+        #: This rank's slowdown and straggler draws: per step, or per batch of its DataLoader (``where="data"``);
+        #: ``stretcher.slept`` is the time slept (in the training process).
+        self.stretcher: StepStretcher | None = None
+        self._per_sample_s: Any = None  # multiprocessing.Value: the rank's calibrated work per sample
+        self._calibration: list[float] = []  # work per sample of the first measured steps
+        self._work_clock: Any = time.process_time
+        self._step_start: float | None = None
+        self._strategy: Any = None
+
+    @property
+    def active(self) -> bool:
+        """Whether this simulator changes anything at all."""
+        return (
+            any(f != 1.0 for f in self.slowdown or [])
+            or (self.straggle_prob > 0 and self.straggle_factor > 1)
+            or self.collective_latency_s > 0
+            or any(c is not None for c in self.affinity or [])
+        )
+
+    def check_world_size(self, world_size: int) -> None:
+        """Raise a ValueError when ``slowdown`` or ``affinity`` does not give exactly one entry per rank."""
+        if self.slowdown is not None and len(self.slowdown) != world_size:
+            raise ValueError(
+                f"sim.slowdown has {len(self.slowdown)} factors {self.slowdown} but the run has {world_size} "
+                f"training ranks; give one factor per rank, e.g. sim.slowdown=[{','.join(['1.0'] * world_size)}]"
+            )
+        if self.affinity is not None and len(self.affinity) != world_size:
+            raise ValueError(
+                f"sim.affinity has {len(self.affinity)} entries but the run has {world_size} training ranks; give one "
+                f"per rank (a list of cores, or null to leave the rank unpinned), e.g. sim.affinity=[null,[1]]"
+            )
+
+    def check_strategy(self, strategy: Any) -> None:
+        """Raise a ValueError when a collective latency is asked of a strategy that cannot take it."""
+        if self.collective_latency_s > 0 and not hasattr(strategy, "inject_collective_latency"):
+            raise ValueError(
+                f"sim.collective_latency_s={self.collective_latency_s} needs a strategy that can add latency to its "
+                f"collectives (AllReduceASGDStrategy: strategy=allreduce_asgd); {type(strategy).__name__} cannot."
+            )
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if stage != "fit":
+            # Inference: only a strategy that runs one input across ranks (partitioned inference) is slowed.
+            if self.slowdown is not None and hasattr(trainer.strategy, "inject_compute_slowdown"):
+                self.check_world_size(trainer.world_size)
+                trainer.strategy.inject_compute_slowdown(self.slowdown[trainer.global_rank])
+            return
+        self.check_world_size(trainer.world_size)
+        self.check_strategy(trainer.strategy)
+        if self.collective_latency_s > 0:
+            trainer.strategy.inject_collective_latency(self.collective_latency_s)
+        rank = trainer.global_rank
+        cores = self.affinity[rank] if self.affinity is not None else None
+        if cores is not None:
+            os.sched_setaffinity(0, cores)
+            log.info("rank %d: pinned to CPU core(s) %s", rank, ",".join(map(str, cores)))
+        on_cpu = trainer.strategy.root_device.type == "cpu"
+        self._work_clock = time.process_time if on_cpu else self._wall_minus_waits(trainer)
+        factor = self.slowdown[rank] if self.slowdown is not None else 1.0
+        step_factor, applied_by = factor, "after each training step"
+        if self.where == "compute" and hasattr(trainer.strategy, "inject_compute_slowdown"):
+            # Pipeline stages wait for one another inside a step, balanced DP times its compute: slow the compute itself.
+            trainer.strategy.inject_compute_slowdown(factor)
+            step_factor, applied_by = 1.0, f"{type(trainer.strategy).__name__}'s compute"
+        self._per_sample_s, self._calibration = None, []
+        if self.where != "compute":  # a per-sample cost, calibrated on the first steps
+            self._per_sample_s = multiprocessing.get_context().Value("d", 0.0)
+        if self.where == "data":
+            applied_by = "its training DataLoader's batches"
+            self._slow_the_training_dataloaders(trainer.strategy)
+        self.stretcher = StepStretcher(step_factor, self.straggle_prob, self.straggle_factor, seed=(self.seed, rank))
+        if self.active:
+            log.info(
+                "rank %d: simulated slowdown x%.2f (on %s), stragglers p=%.3f x%.2f",
+                rank, factor, applied_by, self.straggle_prob, self.straggle_factor,
+            )
+
+    def _slow_the_training_dataloaders(self, strategy: Any) -> None:
+        """Give every training DataLoader the strategy prepares the slow collate function (before
+        Lightning iterates it; the strategy's own preparation, e.g. its sampler, stays)."""
+        self._strategy = strategy
+        prepare = type(strategy).process_dataloader.__get__(strategy)
+
+        def process_dataloader(dataloader: Any) -> Any:
+            dataloader = prepare(dataloader)
+            trainer = strategy.lightning_module.trainer if strategy.lightning_module is not None else None
+            if trainer is not None and trainer.training and isinstance(dataloader, DataLoader):
+                collate = dataloader.collate_fn
+                if isinstance(collate, SlowBatches):
+                    collate = collate.collate_fn
+                dataloader.collate_fn = SlowBatches(collate, self.stretcher, self._per_sample_s)
+            return dataloader
+
+        strategy.process_dataloader = process_dataloader
+
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if self._strategy is not None:
+            vars(self._strategy).pop("process_dataloader", None)
+            self._strategy = None
+
+    @staticmethod
+    def _wall_minus_waits(trainer: pl.Trainer) -> Any:
+        def now() -> float:
+            return time.perf_counter() - float(getattr(trainer.strategy, "communication_wait_s", 0.0))
+
+        return now
+
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int) -> None:
+        self._step_start = self._work_clock()
+
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        if self.stretcher is None or self._step_start is None:
+            return
+        work = max(0.0, self._work_clock() - self._step_start)
+        self._step_start = None
+        if self._per_sample_s is None:  # compute: this step's own work, stretched
+            self.stretcher.stretch(work)
+            return
+        first = batch[0] if isinstance(batch, (list, tuple)) else batch
+        samples = max(len(first) if hasattr(first, "__len__") else 1, 1)
+        self._calibrate(work / samples)
+        if self.where == "after_step":
+            self.stretcher.stretch(samples * self._per_sample_s.value)
+
+    def _calibrate(self, per_sample: float) -> None:
+        """The rank's work per sample: the median of its first measured steps (the fit's first warms up)."""
+        if len(self._calibration) > CALIBRATION_STEPS:
+            return
+        self._calibration.append(per_sample)
+        measured = self._calibration[1:]
+        if measured:
+            self._per_sample_s.value = statistics.median(measured)
+
+
+class ProgressLog(pl.Callback):
+    """Training progress as occasional log lines, for output that is not a terminal (a log file, a
+    CI job, a batch scheduler), where a progress bar writes thousands of refreshes.
+
+    On global rank 0, a line at most every ``every_s`` seconds during an epoch, and one at its end::
+
+        epoch 2/10  batch 120/469 (26%)  310 samples/s  train/loss 0.1234
+
+    The CLI uses it in place of the progress bar when its standard error is not a terminal
+    (``progress=auto``; ``progress=bar`` or ``progress=log`` to choose).
+
+    Args:
+        every_s: seconds between lines within an epoch.
+    """
+
+    def __init__(self, every_s: float = 30.0) -> None:
+        self.every_s = every_s
+        self._last = 0.0
+        self._epoch_start = 0.0
+        self._samples = 0
+
+    def _line(self, trainer: pl.Trainer, batch_idx: int | None) -> str:
+        epochs = f"/{trainer.max_epochs}" if trainer.max_epochs and trainer.max_epochs > 0 else ""
+        parts = [f"epoch {trainer.current_epoch + 1}{epochs}"]
+        total = trainer.num_training_batches
+        if batch_idx is not None:
+            known = isinstance(total, int) and total > 0
+            parts.append(f"batch {batch_idx + 1}" + (f"/{total} ({100 * (batch_idx + 1) / total:.0f}%)" if known else ""))
+        else:
+            parts.append("done")
+        elapsed = time.perf_counter() - self._epoch_start
+        if elapsed > 0 and self._samples:
+            parts.append(f"{self._samples / elapsed:.0f} samples/s")
+        for name, value in sorted(trainer.progress_bar_metrics.items()):
+            parts.append(f"{name} {value:.4g}")
+        return "  ".join(parts)
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._epoch_start = self._last = time.perf_counter()
+        self._samples = 0
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        first = batch[0] if isinstance(batch, (list, tuple)) else batch
+        self._samples += len(first) if hasattr(first, "__len__") else 0
+        now = time.perf_counter()
+        if trainer.is_global_zero and now - self._last >= self.every_s:
+            self._last = now
+            say(log, self._line(trainer, batch_idx))
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # Every rank reads the metrics, rank 0 prints them: at an epoch's end a read computes the epoch's
+        # values, and computing one synchronises it across the ranks (``sync_dist``, torchmetrics), so a
+        # read on rank 0 alone issues collectives the others do not, and the ranks wait for each other
+        # forever. Within an epoch a read returns the step values, already synchronised when logged.
+        line = self._line(trainer, None)
+        if trainer.is_global_zero:
+            say(log, line)
+
+
+class ContinueCSVLog(pl.Callback):
+    """Lightning's ``CSVLogger`` re-created in a new process over the ``metrics.csv`` an earlier stage
+    wrote (``strategy=ddp_spawn`` spawns its ranks afresh for ``trainer.test`` after ``fit``) does not know
+    that file's columns, and its first rewrite of the header fails ("dict contains fields not in
+    fieldnames"): at each stage's setup, rank 0's writer gets them back. The CLI adds it."""
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if not trainer.is_global_zero:
+            return
+        for logger in trainer.loggers:
+            if type(logger).__name__ != "CSVLogger":
+                continue
+            writer = logger.experiment
+            path = getattr(writer, "metrics_file_path", None)
+            if path and not writer.metrics_keys and os.path.isfile(path):
+                with open(path, newline="") as f:
+                    writer.metrics_keys = sorted(next(csv.reader(f), []))
+
+
+class TransferWeights(pl.Callback):
+    """Starts fitting from another run's weights (ClinicaDL's ``--transfer_path``; the CLI's
+    ``transfer_path=``): ``path`` is a ``.ckpt`` file or a run folder (its best checkpoint).
+
+    The weights are copied when fitting starts, after the strategy has built the model (a pipeline
+    stage takes its part); a run that resumes from a checkpoint (``ckpt_path``) keeps the resumed
+    weights instead. See :mod:`lightning_hybrid.transfer` for what must match.
+
+    Example::
+
+        >>> # pl.Trainer(callbacks=[TransferWeights("outputs/multirun/ad_vs_cn/0")]).fit(module, datamodule)
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.ckpt_path:
+            log.info("transfer_path=%s not applied: this run resumes from %s", self.path, trainer.ckpt_path)
+            return
+        checkpoint = transfer_checkpoint(self.path)
+        copied = load_transferred(pl_module, read_state_dict(checkpoint), source=str(checkpoint))
+        log.info("started from the weights of %s (%d tensors)", checkpoint, copied)

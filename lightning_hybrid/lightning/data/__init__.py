@@ -1,0 +1,26 @@
+# Generated from lightning_hybrid/data/__init__.py by `python tools/generate_lightning_namespace.py`: edit that file, not this one.
+"""Datamodules and data-file utilities."""
+
+from lightning_hybrid.lightning.data.adni import ADNIDataModule, BadItemError, SyntheticADNIDataModule
+from lightning_hybrid.lightning.data.idx import DataFileError, read_idx, write_idx
+from lightning_hybrid.lightning.data.mnist import MNIST_FILES, MNISTDataModule, MNISTNotFoundError
+from lightning_hybrid.lightning.data.shard_datamodule import ShardDataModule
+from lightning_hybrid.lightning.data.shards import ShardError, ShardStore, pack
+from lightning_hybrid.lightning.data.synthetic import SyntheticMNISTDataModule
+
+__all__ = [
+    "ADNIDataModule",
+    "BadItemError",
+    "DataFileError",
+    "MNIST_FILES",
+    "MNISTDataModule",
+    "MNISTNotFoundError",
+    "ShardDataModule",
+    "ShardError",
+    "ShardStore",
+    "SyntheticADNIDataModule",
+    "SyntheticMNISTDataModule",
+    "pack",
+    "read_idx",
+    "write_idx",
+]

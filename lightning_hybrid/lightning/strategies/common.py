@@ -1,0 +1,488 @@
+# Generated from lightning_hybrid/strategies/common.py by `python tools/generate_lightning_namespace.py`: edit that file, not this one.
+"""Lightning glue shared by the suite's strategies: DDP with pre-launch checks, with or without the DDP
+wrapper, sync points, and a replaced optimizer step."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.strategies import DDPStrategy
+from lightning.fabric.utilities.distributed import _set_num_threads_if_needed
+from lightning.pytorch.strategies.launchers import _SubprocessScriptLauncher
+from lightning.pytorch.trainer.states import TrainerFn
+from lightning.pytorch.utilities.rank_zero import rank_zero_info
+
+from lightning_hybrid.comm.collectives import ddp_group, workers_backend
+from lightning_hybrid.pipeline.protocol import pipeline_blocks
+from lightning_hybrid.lightning.strategies.checkpoint_io import AtomicCheckpointIO
+from lightning_hybrid.lightning.strategies.forked_ranks import fork_ranks
+from lightning_hybrid.lightning.strategies.meeting import Agreement, EveryBatch, meeting
+from lightning_hybrid.lightning.strategies.process_watch import CHILD_GRACE_S, LAUNCHER_PID_ENV, ProcessWatch, die_with_parent
+
+
+class SyncPoints(Callback):
+    """Calls a strategy at the points where Lightning reads, saves or reduces the model:
+    ``strategy.on_sync_start(trainer)`` when training starts, ``strategy.sync_before_validation()``
+    (by default ``sync_point()``) before validation during fitting, ``strategy.sync_point()`` at the
+    end of each training epoch (before checkpoints are
+    written), then ``strategy.after_epoch_sync(pl_module)``, and ``strategy.on_sync_end()`` when
+    fitting ends. Strategies whose ranks drift apart or hold pending work settle it in ``sync_point``."""
+
+    def __init__(self, strategy: Any) -> None:
+        self.strategy = strategy
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.strategy.on_sync_start(trainer)
+        self._sync_before_validation(trainer)
+
+    def _sync_before_validation(self, trainer: pl.Trainer) -> None:
+        """Make the fit's validation loop call ``sync_point()`` before it prepares its data: that
+        preparation reduces across ranks (are the loaders' lengths known everywhere?) before any
+        validation hook runs, and the ranks must meet there already (an epoch's first validation
+        with ``check_val_every_n_epoch > 1``, or reloaded loaders). The sanity check is left out."""
+        val_loop = trainer.fit_loop.epoch_loop.val_loop
+        if getattr(val_loop.setup_data, "after_sync_point", False):
+            return
+        setup_data = val_loop.setup_data
+
+        def setup_data_after_sync_point() -> None:
+            if not trainer.sanity_checking:
+                self.strategy.sync_before_validation()
+            setup_data()
+
+        setup_data_after_sync_point.after_sync_point = True
+        val_loop.setup_data = setup_data_after_sync_point
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.strategy.sync_point()
+        self.strategy.after_epoch_sync(pl_module)
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.strategy.on_sync_end()
+
+
+class CheckingLauncher(_SubprocessScriptLauncher):
+    """Lightning's subprocess launcher that first calls ``strategy.check_trainer(trainer, model)``
+    (fitting) or ``strategy.check_evaluation(trainer, model)`` (validate, test, predict; when the
+    strategy has it), so that a run the strategy cannot do fails before any other process starts,
+    and that watches the processes it starts with a :class:`~lightning_hybrid.lightning.strategies.process_watch.ProcessWatch`
+    (``self.watch``) instead of Lightning's observer."""
+
+    def __init__(self, strategy: Any, *args: Any) -> None:
+        super().__init__(*args)
+        self.strategy = strategy
+        self.watch: ProcessWatch | None = None
+
+    def launch(self, function: Callable, *args: Any, trainer: pl.Trainer | None = None, **kwargs: Any) -> Any:
+        model = args[0] if args and isinstance(args[0], pl.LightningModule) else None
+        self.strategy.check_devices()
+        if trainer is not None and trainer.state.fn == TrainerFn.FITTING:
+            self.strategy.check_trainer(trainer, model)
+            # fit(model, train_dataloaders, ...): a loader given directly is checked here; one a
+            # datamodule builds exists only after its setup, on each rank (process_dataloader checks it).
+            if len(args) > 1 and isinstance(args[1], torch.utils.data.DataLoader):
+                self.strategy.check_training_data(args[1])
+        elif trainer is not None and hasattr(self.strategy, "check_evaluation"):
+            self.strategy.check_evaluation(trainer, model)
+        # Lightning's launch, with our watch in place of its observer.
+        self.cluster_environment.validate_settings(num_devices=self.num_processes, num_nodes=self.num_nodes)
+        if not self.cluster_environment.creates_processes_externally:
+            os.environ[LAUNCHER_PID_ENV] = str(os.getpid())
+            if self.strategy.forks_ranks:
+                if self._fork_children():  # this is a forked rank: it trains, as a re-run script would
+                    _set_num_threads_if_needed(num_processes=self.num_processes)
+                    return function(*args, **kwargs)
+                self.strategy.on_ranks_forked()
+            else:
+                self._call_children_scripts()
+            self.watch = ProcessWatch()
+            first_rank = self.cluster_environment.node_rank() * self.num_processes
+            for local_rank, process in enumerate(self.procs, start=1):
+                self.watch.add(self.strategy.process_role, first_rank + local_rank, process,
+                               fatal=self.strategy.worker_loss_is_fatal)
+            self.watch.start()
+        _set_num_threads_if_needed(num_processes=self.num_processes)
+        return function(*args, **kwargs)
+
+    def _fork_children(self) -> int:
+        """Start the other local ranks by forking (``fork_ranks=True``), with the environment Lightning
+        gives re-run scripts; returns this process's local rank."""
+        self._check_can_spawn_children()
+        os.environ["MASTER_ADDR"] = self.cluster_environment.main_address
+        os.environ["MASTER_PORT"] = str(self.cluster_environment.main_port)
+        os.environ["NODE_RANK"] = str(self.cluster_environment.node_rank())
+        os.environ["LOCAL_RANK"] = str(self.cluster_environment.local_rank())
+        os.environ["WORLD_SIZE"] = f"{self.num_processes * self.num_nodes}"
+        local_rank, self.procs = fork_ranks(self.num_processes)
+        return local_rank
+
+
+def refuse_unindexed_training_data(name: str, loader: object, why: str) -> None:
+    """A TypeError, saying what to change, unless ``loader`` is a DataLoader over a map-style dataset
+    (``__len__`` and ``__getitem__``: samples the strategy can deal by index)."""
+    dataset = getattr(loader, "dataset", None)
+    if isinstance(loader, torch.utils.data.DataLoader) and not isinstance(dataset, torch.utils.data.IterableDataset) \
+            and hasattr(dataset, "__len__"):
+        return
+    kind = "an IterableDataset" if isinstance(dataset, torch.utils.data.IterableDataset) else "no __len__"
+    got = f"a DataLoader over {type(dataset).__name__} ({kind})" if isinstance(loader, torch.utils.data.DataLoader) \
+        else type(loader).__name__
+    raise TypeError(
+        f"{name} {why}, so the training data must be a torch DataLoader over a map-style dataset (with __len__ and "
+        f"__getitem__); got {got}. Index the data (a Dataset whose __getitem__(i) reads sample i, e.g. from a list of "
+        f"files), or train with strategy='ddp' or 'allreduce_asgd', where an IterableDataset splits itself over the ranks."
+    )
+
+
+def refuse_manual_optimization(name: str, model: pl.LightningModule | None, why: str) -> None:
+    if model is not None and not model.automatic_optimization:
+        raise ValueError(f"{name} supports automatic optimization only ({why}).")
+
+
+def refuse_mid_epoch_checkpoints(name: str, trainer: pl.Trainer, instead: str = "Use every_n_epochs.") -> None:
+    for callback in trainer.callbacks:
+        if isinstance(callback, ModelCheckpoint) and (
+            callback._every_n_train_steps or callback._train_time_interval is not None
+        ):
+            raise ValueError(
+                f"{name} saves checkpoints at its sync points only; ModelCheckpoint has every_n_train_steps or "
+                f"train_time_interval set. {instead}"
+            )
+
+
+def single_optimizer(name: str, optimizers: list[torch.optim.Optimizer]) -> torch.optim.Optimizer:
+    """The one optimizer of ``configure_optimizers``, or a ValueError saying the strategy needs exactly one."""
+    if len(optimizers) != 1:
+        raise ValueError(f"{name} supports exactly one optimizer, configure_optimizers returned {len(optimizers)}")
+    return optimizers[0]
+
+
+def refuse_grad_scaler(name: str, precision_plugin: Any) -> None:
+    if getattr(precision_plugin, "scaler", None) is not None:
+        raise ValueError(f"{name} does not support fp16 with a gradient scaler; use precision='bf16-mixed' or 32.")
+
+
+class ReplacedStep:
+    """What Lightning's precision plugin steps instead of the optimizer: run the closure (forward,
+    backward, gradient clipping), then ``step_fn(optimizer)`` does what the strategy does instead
+    of ``optimizer.step()``. Every other attribute is the optimizer's."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, step_fn: Callable[[torch.optim.Optimizer], None]) -> None:
+        self._optimizer = optimizer
+        self._step_fn = step_fn
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._optimizer, name)
+
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        loss = closure() if closure is not None else None
+        self._step_fn(self._optimizer)
+        return loss
+
+
+def unwrap_optimizer(optimizer: Any) -> torch.optim.Optimizer:
+    """The torch optimizer inside a LightningOptimizer (or the optimizer itself)."""
+    return getattr(optimizer, "_optimizer", optimizer)
+
+
+class CheckedDDPStrategy(DDPStrategy):
+    """Lightning's DDP with the suite's conventions: ``processes_per_device`` processes on each device,
+    the workers' backend chosen by :func:`~lightning_hybrid.comm.collectives.workers_backend`, a
+    launcher that asks the strategy to refuse what it cannot run before any other process starts
+    (:meth:`check_devices`, :meth:`check_trainer`) and watches the processes it starts
+    (:mod:`~lightning_hybrid.lightning.strategies.process_watch`), checkpoints saved atomically
+    (:class:`~lightning_hybrid.lightning.strategies.checkpoint_io.AtomicCheckpointIO`), registry names declared
+    as data (:attr:`aliases`), and one callback of its own attached for a fit (:meth:`attach_callback`).
+    The model is wrapped in DistributedDataParallel as usual (``ddp_kwargs`` go to it).
+
+    ``fork_ranks=True`` starts the other ranks of a machine by forking the main process when the
+    Trainer launches (:mod:`~lightning_hybrid.lightning.strategies.forked_ranks`) instead of running the script
+    again: no second import of torch and Lightning (about 4 s of CPU per rank), and, as with a re-run
+    script, every rank then runs the script's code after the Trainer call. The script's code before
+    that call runs once, in the main process, and CUDA must not be initialized before it (refused
+    with an error otherwise). Off by default: a re-run script is what Lightning users expect.
+
+    Args:
+        accelerator: Lightning's accelerator (set by the Trainer from ``accelerator=``).
+        parallel_devices: the devices of this machine's ranks (set by the Trainer from ``devices=``).
+        cluster_environment: where the ranks learn their ranks (set by the Trainer: SLURM, torchrun, ...).
+        checkpoint_io: how checkpoints are written; default: atomically (a temporary file renamed).
+        precision_plugin: Lightning's precision plugin (set by the Trainer from ``precision=``).
+        process_group_backend: ``None``: ``nccl`` with one process per GPU, else ``gloo`` (CPU, processes
+            sharing a GPU); or name it.
+        processes_per_device: processes on each device (2: two ranks share each GPU, over gloo);
+            ``trainer.devices`` above the GPU count sets it on the command line.
+        fork_ranks: start the other ranks by forking the main process (see above), not by running the
+            script again; ``"auto"``: fork when the ranks run on the CPU, rerun the script otherwise
+            (the command line's default).
+        ddp_kwargs: keyword arguments of ``DistributedDataParallel`` (strategies that wrap the model).
+    """
+
+    #: Lightning registry names of the strategy: name -> (description, constructor arguments).
+    aliases: ClassVar[dict[str, tuple[str, dict[str, Any]]]] = {}
+    #: What the rank processes are called in the message that ends a run when one dies.
+    process_role: ClassVar[str] = "worker"
+
+    @property
+    def forks_ranks(self) -> bool:
+        """Whether the launcher forks the other ranks: ``fork_ranks=True``, or ``"auto"`` with the ranks on the CPU
+        (a forked process cannot use a CUDA context; with GPUs each rank reruns the script)."""
+        if self.fork_ranks == "auto":
+            return all(device.type == "cpu" for device in self.parallel_devices or [torch.device("cpu")])
+        return bool(self.fork_ranks)
+
+    def __init__(
+        self,
+        *,
+        accelerator: Any = None,
+        parallel_devices: list[torch.device] | None = None,
+        cluster_environment: Any = None,
+        checkpoint_io: Any = None,
+        precision_plugin: Any = None,
+        process_group_backend: str | None = None,
+        processes_per_device: int = 1,
+        fork_ranks: bool = False,
+        ddp_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        if isinstance(processes_per_device, bool) or not isinstance(processes_per_device, int) or processes_per_device < 1:
+            raise ValueError(f"processes_per_device must be a positive integer, got {processes_per_device!r}")
+        if not (isinstance(fork_ranks, bool) or fork_ranks == "auto"):
+            raise ValueError(f"fork_ranks must be True, False or 'auto', got {fork_ranks!r}")
+        self.processes_per_device = processes_per_device
+        self.fork_ranks = fork_ranks
+        super().__init__(
+            accelerator=accelerator,
+            parallel_devices=parallel_devices,
+            cluster_environment=cluster_environment,
+            checkpoint_io=checkpoint_io if checkpoint_io is not None else AtomicCheckpointIO(),
+            precision_plugin=precision_plugin,
+            process_group_backend=process_group_backend,
+            start_method="popen",
+            **(ddp_kwargs or {}),
+        )
+        self._own_callback: Callback | None = None
+        self._backend_note_logged = False
+
+    @property
+    def parallel_devices(self) -> list[torch.device] | None:
+        return self._parallel_devices
+
+    @parallel_devices.setter
+    def parallel_devices(self, devices: list[torch.device] | None) -> None:
+        """Each device the Trainer gives runs ``processes_per_device`` processes (e.g. two workers on one GPU)."""
+        if devices is not None and self.processes_per_device > 1:
+            devices = [device for device in devices for _ in range(self.processes_per_device)]
+        self._parallel_devices = devices
+
+    def _get_process_group_backend(self) -> str:
+        """The workers' backend: NCCL for one process per GPU, gloo on CPU or when processes share a GPU
+        (:func:`~lightning_hybrid.comm.collectives.workers_backend`)."""
+        backend, note = workers_backend(self.parallel_devices or [self.root_device], self._process_group_backend)
+        if note and not self._backend_note_logged:
+            rank_zero_info(f"{type(self).__name__}: {note}")
+            self._backend_note_logged = True
+        return backend
+
+    def setup_distributed(self) -> None:
+        """Lightning's, but the default group is bound to a CUDA device only under NCCL.
+
+        Lightning binds every CUDA run's default group to the rank's device (``device_id``). Under gloo
+        (processes sharing a GPU) torch then builds each later ``new_group`` by splitting the default
+        group, which gloo cannot do: ranks outside the new group fail with "'ProcessGroupGloo' object
+        has no attribute 'perform_nocolor_split'" (torch 2.11), e.g. the pipeline's stage groups."""
+        from lightning.fabric.utilities.distributed import _init_dist_connection
+        from lightning.fabric.utilities.seed import reset_seed
+
+        reset_seed()
+        self.set_world_ranks()
+        self._process_group_backend = self._get_process_group_backend()
+        assert self.cluster_environment is not None
+        bind = self.root_device.type == "cuda" and self._process_group_backend == "nccl"
+        _init_dist_connection(self.cluster_environment, self._process_group_backend, timeout=self._timeout,
+                              device_id=self.root_device if bind else None)
+
+    def setup(self, trainer: pl.Trainer) -> None:
+        super().setup(trainer)
+        meeting(trainer).attach().agree_by(self.stop_agreement(trainer))
+
+    def stop_agreement(self, trainer: pl.Trainer) -> Agreement:
+        """How this strategy's ranks agree before each training batch whether to stop
+        (:mod:`lightning_hybrid.lightning.strategies.meeting`; called at every setup): a MAX all-reduce of the
+        ranks' requests, for ranks that meet in every step anyway."""
+        return EveryBatch()
+
+    def _setup_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        """Lightning's DDP wrapper, over :func:`~lightning_hybrid.comm.collectives.ddp_group` (a group
+        without torch's collective checker where ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` would crash DDP)."""
+        group, kwargs = ddp_group(), self._ddp_kwargs
+        if group is not None:
+            self._ddp_kwargs = {"process_group": group, **kwargs}
+        try:
+            return super()._setup_model(model)
+        finally:
+            self._ddp_kwargs = kwargs
+
+    def _register_ddp_hooks(self) -> None:
+        """DDP's communication hook (``ddp_comm_hook``: bf16 or fp16 compression, PowerSGD, ...) on every
+        device and backend: Lightning registers it on CUDA only, and silently trains without it elsewhere."""
+        if self._ddp_comm_hook is None:
+            return
+        from lightning.pytorch.overrides.distributed import _register_ddp_comm_hook
+
+        _register_ddp_comm_hook(model=self.model, ddp_comm_state=self._ddp_comm_state, ddp_comm_hook=self._ddp_comm_hook,
+                                ddp_comm_wrapper=self._ddp_comm_wrapper)
+
+    def check_devices(self) -> None:
+        """Refuse a backend that cannot serve the processes' devices (called before processes start)."""
+        workers_backend(self.parallel_devices or [], self._process_group_backend)
+
+    @classmethod
+    def register_strategies(cls, strategy_registry: Any) -> None:
+        """Register :attr:`aliases` with Lightning's ``StrategyRegistry`` (replacing the entries that
+        ``import lightning_hybrid`` may have put there for the other namespace's flavour)."""
+        for name, (description, init_params) in cls.aliases.items():
+            strategy_registry.register(name, cls, description=description, override=True, **init_params)
+
+    def check_trainer(self, trainer: pl.Trainer, model: pl.LightningModule | None) -> None:
+        """Raise a ValueError for a run this strategy cannot do."""
+
+    def check_training_data(self, loader: object) -> None:
+        """Raise for training data this strategy cannot deal (before other processes start, when the
+        loader is given to ``fit`` directly)."""
+
+    def _configure_launcher(self) -> None:
+        assert self.cluster_environment is not None
+        self._launcher = CheckingLauncher(self, self.cluster_environment, self.num_processes, self.num_nodes)
+
+    @property
+    def worker_loss_is_fatal(self) -> bool:
+        """Whether the death of a rank other than 0 ends the run (else the run goes on without it)."""
+        return True
+
+    def on_ranks_forked(self) -> None:
+        """Called in the main process right after ``fork_ranks`` forked the other ranks, before any
+        thread or process group exists: the moment to fork what a rank will start later."""
+
+    @property
+    def process_watch(self) -> ProcessWatch | None:
+        """The watch over the run's processes (in the process that started them; None elsewhere)."""
+        return getattr(self._launcher, "watch", None)
+
+    @staticmethod
+    def _started_by_our_launcher() -> bool:
+        return os.environ.get(LAUNCHER_PID_ENV) not in (None, str(os.getpid()))
+
+    def setup_environment(self) -> None:
+        if self._started_by_our_launcher():
+            die_with_parent()  # no rank outlives the main process
+        super().setup_environment()
+
+    def on_exception(self, exception: BaseException) -> None:
+        """A rank's run failed. The main process ends the run: naming a process that died first if
+        one did, else stopping the others so that its own error is printed last. A started rank
+        first gives the main process time to do that (its failure may follow another's death)."""
+        super().on_exception(exception)
+        if self.process_watch is not None:
+            self.process_watch.after_own_error()
+        elif self._started_by_our_launcher():
+            time.sleep(CHILD_GRACE_S)
+
+    def attach_callback(self, trainer: pl.Trainer, callback: Callback) -> None:
+        """Run ``callback`` during this fit, before the user's callbacks (removed at teardown)."""
+        self._own_callback = callback
+        trainer.callbacks.insert(0, callback)
+
+    def teardown(self) -> None:
+        module = self.lightning_module
+        if module is not None and module._trainer is not None:
+            meeting(module.trainer).detach()
+            if self._own_callback in module.trainer.callbacks:
+                module.trainer.callbacks.remove(self._own_callback)
+        self._own_callback = None
+        super().teardown()
+
+
+class UnwrappedDDPStrategy(CheckedDDPStrategy):
+    """DDP's process management (launcher, process group, distributed samplers, collectives) with
+    the model left unwrapped: the subclass exchanges gradients its own way.
+
+    Subclasses implement :meth:`check_trainer` (called before the other processes start) and the
+    :class:`SyncPoints` hooks, and call :meth:`attach_sync_points` when fitting is set up.
+    """
+
+    #: The exchange's process group (its own: its collectives run in the background), made once.
+    exchange_group: Any = None
+
+    def _setup_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        return model  # no DDP wrapper
+
+    def setup_exchange(self, trainer: pl.Trainer) -> tuple[torch.optim.Optimizer, list[torch.Tensor]]:
+        """A fit's checks (:meth:`check_trainer`), then its one optimizer and that optimizer's
+        parameters, in the order every rank shares; :attr:`exchange_group` made on first use."""
+        self.check_trainer(trainer, self.lightning_module)
+        optimizer = single_optimizer(type(self).__name__, self.optimizers)
+        if self.exchange_group is None:
+            self.exchange_group = torch.distributed.new_group(backend=self._get_process_group_backend())
+        return optimizer, [p for group in optimizer.param_groups for p in group["params"]]
+
+    def _register_ddp_hooks(self) -> None:
+        """No DDP wrapper, hence no DDP communication hooks to register."""
+
+    def attach_sync_points(self, trainer: pl.Trainer) -> None:
+        """Call this strategy's sync hooks during this fit, before the user's callbacks."""
+        self.attach_callback(trainer, SyncPoints(self))
+
+    def on_sync_start(self, trainer: pl.Trainer) -> None:
+        """Training starts."""
+
+    def sync_point(self) -> None:
+        """Before validation and at each training epoch's end."""
+
+    def sync_before_validation(self) -> None:
+        """Before a validation during fitting (default: :meth:`sync_point`)."""
+        self.sync_point()
+
+    def after_epoch_sync(self, pl_module: pl.LightningModule) -> None:
+        """After the epoch's sync."""
+
+    def on_sync_end(self) -> None:
+        """Fitting ends."""
+
+
+class RoutedEvaluation:
+    """Mixin for a strategy whose validation, test and predict steps run the module's block
+    sequence (``pipeline_blocks()``) another way: while a step runs, the sequence's ``forward`` is
+    the function the subclass's ``routed_forward(blocks_seq)`` returns, so the module's own step
+    logic (loss, metrics, argmax) stays.
+    Put it before the strategy base class."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if not callable(getattr(cls, "routed_forward", None)):
+            raise TypeError(
+                f"{cls.__name__} uses RoutedEvaluation: define routed_forward(self, blocks_seq), returning the "
+                "function that replaces blocks_seq.forward during validation, test and predict"
+            )
+
+    def _through_routed_blocks(self, hook: str, *args: Any, **kwargs: Any) -> Any:
+        blocks_seq = pipeline_blocks(self.lightning_module)
+        blocks_seq.forward = self.routed_forward(blocks_seq)  # instance attribute: nn.Module calls it
+        try:
+            return getattr(super(), hook)(*args, **kwargs)
+        finally:
+            del blocks_seq.forward
+
+    def validation_step(self, *args: Any, **kwargs: Any) -> Any:
+        return self._through_routed_blocks("validation_step", *args, **kwargs)
+
+    def test_step(self, *args: Any, **kwargs: Any) -> Any:
+        return self._through_routed_blocks("test_step", *args, **kwargs)
+
+    def predict_step(self, *args: Any, **kwargs: Any) -> Any:
+        return self._through_routed_blocks("predict_step", *args, **kwargs)

@@ -1,0 +1,562 @@
+# Generated from lightning_hybrid/strategies/hybrid.py by `python tools/generate_lightning_namespace.py`: edit that file, not this one.
+"""HybridParallelStrategy: pipeline model parallelism whose stages a placement method puts on
+heterogeneous devices, times data parallelism over pipeline replicas (paper 003).
+
+Lightning glue: the placement algorithms are :mod:`lightning_hybrid.placement`, the rank layout and
+stage modules :mod:`lightning_hybrid.pipeline`, the schedules torch.distributed.pipelining's.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from lightning.fabric.utilities.optimizer import _optimizers_to_device
+from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.overrides.distributed import _sync_module_states
+from lightning.pytorch.trainer.states import TrainerFn
+from lightning.pytorch.utilities.rank_zero import rank_zero_warn
+
+from lightning_hybrid.comm.collectives import all_gather_object, broadcast_object
+from lightning_hybrid.comm.delayed_allreduce import DelayedAllReduce
+from lightning_hybrid.devices import Device, PeakMemory, devices_from_config, devices_in_flops, free_memory, probe_speed
+from lightning_hybrid.pipeline import Mesh, PipelineParallel, StageModule, pipeline_blocks, pipeline_inputs, pipeline_loss
+from lightning_hybrid.pipeline.materialize import free, is_freed
+from lightning_hybrid.placement.pipeline_stages import plan_stages
+from lightning_hybrid.pipeline.schedules import SCHEDULES
+from lightning_hybrid.placement import METHODS, Placement
+from lightning_hybrid.placement.figure import format_placement, placement_figure
+from lightning_hybrid.lightning.strategies import common
+from lightning_hybrid.lightning.strategies.stage_state import StageOnlyState
+
+log = logging.getLogger(__name__)
+
+class HybridParallelStrategy(StageOnlyState, common.RoutedEvaluation, common.UnwrappedDDPStrategy):
+    """Pipeline parallelism x data parallelism, with the stages placed on devices by GABRA (or another method).
+
+    The LightningModule's block sequence (``pipeline_blocks()``, see
+    :mod:`lightning_hybrid.pipeline.protocol`) is cut into ``pipeline_stages`` contiguous stages by
+    :func:`lightning_hybrid.placement.plan`, which also decides which device (rank of a replica)
+    runs which stage. Each training batch is split into ``micro_batches`` and run through the stages
+    by a schedule of typed actions like torch.distributed.pipelining's (``"1F1B"`` or ``"GPipe"``,
+    :mod:`lightning_hybrid.pipeline.schedules`). ``data_parallel``
+    replicas of the pipeline train on different shards of the data and average their gradients
+    after each step (``gradient_sync="sync"``), or apply the average ``delay`` steps later
+    (``"delayed"``: the delayed all-reduce of :class:`~lightning_hybrid.AllReduceASGDStrategy`).
+    Rank ``r`` is position ``r % pipeline_stages`` of replica ``r // pipeline_stages``.
+
+    Devices: ``devices`` describes the ``pipeline_stages`` positions (speed, memory, bandwidth;
+    a number is a speed; speeds are relative, 1 being the FLOP/s rank 0 measures, see
+    :mod:`lightning_hybrid.devices`), or ``None`` to measure each position's speed with a short probe (under
+    ``sim.slowdown`` the probe and the stage's compute are slowed alike). Block costs are profiled
+    on meta copies of the blocks (FLOPs, activation bytes: no memory) with one micro-batch of the
+    first batch, or at setup with ``input_shape``.
+
+    Each rank holds only its stage's blocks. A model created in ``configure_model()`` is created on
+    the meta device (:meth:`tensor_init_context`; ``input_shape`` is then required, to plan at setup)
+    and each rank materialises its own stage, initialised by each module's ``reset_parameters()``
+    with the values one process would draw from the same seed
+    (:func:`~lightning_hybrid.pipeline.materialize.materialize`). A model built in ``__init__`` has
+    the other stages' parameters and buffers freed once the placement is made (its peak includes the
+    construction). Gradients and optimizer state exist for the stage's parameters only. The plan's
+    memory of each stage (parameters, gradients, ``optimizer_slots`` optimizer states, buffers and the
+    activations of the schedule's in-flight micro-batches) is checked against its device's memory
+    before training, and each rank's peak memory is logged beside it at each epoch's end
+    (``memory/rank<r>_peak_MiB``, ``memory/rank<r>_estimate_MiB``: CUDA's ``max_memory_allocated``, on
+    CPUs the peak resident set above the one at start).
+
+    Checkpoints hold the full model and optimizer state, gathered tensor by tensor to rank 0's CPU
+    memory (:meth:`full_state_dict`), so they load into a single-device model; resuming restores each
+    rank's own stage. Validation, test and predict run through the pipeline (the module's ``forward``
+    calls the block sequence, which the strategy routes through the stages), and every rank gets the
+    output. After ``fit`` the module on each rank still holds only its stage: take the whole model
+    from a checkpoint, or from :meth:`full_state_dict` (every rank calls it; rank 0 gets it).
+
+    With a ``TensorBoardLogger`` among the Trainer's loggers, rank 0 logs the placement once planned
+    (tag ``"placement"``, step 0): its stages as text, and as the figure of
+    :func:`lightning_hybrid.placement.figure.placement_figure` (matplotlib, the ``plots`` extra;
+    without it, the text only and a warning).
+
+    Args:
+        pipeline_stages: stages per pipeline (devices per replica).
+        data_parallel: pipeline replicas; ``trainer.devices * num_nodes`` must equal
+            ``pipeline_stages * data_parallel``.
+        placement: ``"gabra"``, ``"exact"``, ``"uniform"``, ``"parameters"``, ``"time"`` (see
+            :func:`~lightning_hybrid.placement.plan`), or explicit stage sizes, e.g. ``[5, 7]``
+            (blocks per stage, on positions 0, 1, ...).
+        schedule: ``"1F1B"`` or ``"GPipe"``.
+        micro_batches: micro-batches per batch (a batch not divisible by it uses the largest divisor
+            below; a batch split into fewer micro-batches than stages runs as GPipe).
+        devices: per-position device descriptions, or ``None`` to probe.
+        objective: GABRA's ``"bottleneck"`` or ``"paper"``.
+        placement_options: further GABRA options (``population``, ``t_max``, ...).
+        seed: GABRA's seed.
+        gradient_sync: ``"sync"`` or ``"delayed"`` (across replicas).
+        delay: steps of delay for ``"delayed"``.
+        input_shape: shape of one sample (e.g. ``[1, 28, 28]``): the plan is made at setup, before
+            any stage is materialised or moved to its device, for ``datamodule.batch_size /
+            micro_batches`` samples (one if the Trainer has no datamodule), and with ``devices``
+            checked before processes start. Required for a model built in ``configure_model()``.
+        optimizer_slots: optimizer state tensors per parameter, for the memory plan (1: SGD with
+            momentum, 2: Adam, 0: plain SGD).
+        process_group_backend: ``None`` (gloo on CPU, nccl on GPU) or a backend name.
+        processes_per_device: processes started on each device the Trainer gives (``devices=1,
+            processes_per_device=2``: two processes on one GPU, whose group then uses gloo).
+
+    Examples:
+        >>> import lightning.pytorch as pl
+        >>> from lightning_hybrid import HybridParallelStrategy
+        >>> strategy = HybridParallelStrategy(pipeline_stages=2, data_parallel=2, micro_batches=4,
+        ...                                   devices=[1.0, 2.0], placement="gabra")
+        >>> trainer = pl.Trainer(accelerator="cpu", devices=4, strategy=strategy, logger=False)
+        >>> trainer.world_size  # 2 stages x 2 replicas
+        4
+        >>> # trainer.fit(ClassifierModule(LeNet5()), datamodule=data)     or strategy="hybrid"
+    """
+
+    strategy_name = "hybrid"
+    process_role = "pipeline process"
+    logs_peak_memory = True  # memory/rank<r>_peak_MiB beside the plan's estimates (PeakMemoryMonitor stands aside)
+    aliases = {"hybrid": ("GABRA-placed pipeline stages x data-parallel replicas (paper 003)", {})}
+
+    def __init__(
+        self,
+        pipeline_stages: int = 2,
+        data_parallel: int = 1,
+        placement: str | Sequence[int] = "gabra",
+        schedule: str = "1F1B",
+        micro_batches: int = 4,
+        devices: Sequence[Any] | None = None,
+        objective: str = "bottleneck",
+        placement_options: dict | None = None,
+        seed: int = 0,
+        gradient_sync: str = "sync",
+        delay: int = 1,
+        input_shape: Sequence[int] | None = None,
+        optimizer_slots: int = 1,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        for name, value in (("pipeline_stages", pipeline_stages), ("data_parallel", data_parallel),
+                            ("micro_batches", micro_batches)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if isinstance(placement, str):
+            if placement not in METHODS:
+                raise ValueError(f"placement must be one of {', '.join(METHODS)} or a list of stage sizes, got {placement!r}")
+        else:
+            placement = [int(size) for size in placement]
+            if len(placement) != pipeline_stages or min(placement) < 1:
+                raise ValueError(
+                    f"placement as stage sizes needs {pipeline_stages} positive block counts, got {placement}"
+                )
+        if schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
+        if schedule == "1F1B" and micro_batches < pipeline_stages:
+            raise ValueError(
+                f"schedule='1F1B' needs at least as many micro-batches as stages, got micro_batches={micro_batches} "
+                f"for pipeline_stages={pipeline_stages}; raise micro_batches or use schedule='GPipe'"
+            )
+        if gradient_sync not in ("sync", "delayed"):
+            raise ValueError(f"gradient_sync must be 'sync' or 'delayed', got {gradient_sync!r}")
+        if isinstance(delay, bool) or not isinstance(delay, int) or delay < 0:
+            raise ValueError(f"delay must be a non-negative integer, got {delay!r}")
+        if isinstance(optimizer_slots, bool) or not isinstance(optimizer_slots, int) or optimizer_slots < 0:
+            raise ValueError(f"optimizer_slots must be a non-negative integer, got {optimizer_slots!r}")
+        self.device_specs = None if devices is None else devices_from_config(list(devices))
+        if self.device_specs is not None and len(self.device_specs) != pipeline_stages:
+            raise ValueError(
+                f"devices describes {len(self.device_specs)} devices but pipeline_stages={pipeline_stages}; "
+                "give one description per pipeline position"
+            )
+        self.pipeline_stages = pipeline_stages
+        self.data_parallel = data_parallel
+        self.placement_method = placement
+        self.schedule_name = schedule
+        self.micro_batches = micro_batches
+        self.objective = objective
+        self.placement_options = dict(placement_options or {})
+        self.seed = seed
+        self.gradient_sync = gradient_sync
+        self.delay = delay
+        self.input_shape = None if input_shape is None else [int(s) for s in input_shape]
+        self.optimizer_slots = optimizer_slots
+        self._init_states: dict[torch.nn.Module, torch.Tensor] | None = None  # noted in configure_model()
+        self._peak: PeakMemory | None = None
+        #: Set by lightning_hybrid.sim: this rank's compute is slowed by this factor.
+        self.compute_slowdown = 1.0
+        #: The placement in use (the same on every rank), once planned.
+        self.placement: Placement | None = None
+        self.mesh: Mesh | None = None
+        #: This rank's part of the pipeline (its stage), once planned; kept for test/predict after fit.
+        self.pipeline: PipelineParallel | None = None
+        self.exchange: DelayedAllReduce | None = None
+        self._pp_group = self._pp_messages = self._dp_group = None  # this rank's MeshGroups (setup)
+        self._accumulate = 1
+        self._step_grads: list[torch.Tensor | None] = []
+        self._planned_for: pl.LightningModule | None = None  # the module whose blocks the pipeline holds
+        self._devices: list[Device] = []  # the placement's devices
+
+    # ------------------------------------------------------------------ checks (before processes start)
+    @property
+    def resumes_mid_epoch(self) -> bool:
+        """Per-step gradient sync: a checkpoint between batches holds it all (delayed: not the averages in flight)."""
+        return self.gradient_sync == "sync"
+
+    def check_trainer(self, trainer: pl.Trainer, model: pl.LightningModule | None) -> None:
+        """Refuse what the strategy cannot run."""
+        Mesh.check(self.pipeline_stages, self.data_parallel, self.num_processes * self.num_nodes)
+        common.refuse_manual_optimization("HybridParallelStrategy", model, "the pipeline schedule runs backward")
+        if self.gradient_sync == "delayed":  # replicas' averages in flight between steps
+            common.refuse_mid_epoch_checkpoints("HybridParallelStrategy with gradient_sync='delayed'", trainer)
+        common.refuse_grad_scaler("HybridParallelStrategy", self.precision_plugin)
+        if model is None:
+            return
+        if is_freed(model) and getattr(model, "_pipelined", False):
+            raise ValueError(f"{type(model).__name__} was pipelined by an earlier Trainer in this process: each rank kept only "
+                             "its stage's parameters. Fit a new module (ckpt_path= restores every stage from a checkpoint)")
+        if _builds_in_configure_model(model):
+            return  # no blocks before configure_model(): checked at setup, on the meta device
+        self._check_module(model)
+        if self.input_shape is not None and self.device_specs is not None:
+            self._plan(model, torch.zeros(self._micro_batch_size_hint(trainer), *self.input_shape), self._given_devices())
+
+    def _check_module(self, model: pl.LightningModule) -> None:
+        """The module's part of the checks: its blocks, its loss, the stage sizes (before processes
+        start, or at setup for a module that builds its blocks in ``configure_model()``)."""
+        blocks = pipeline_blocks(model)
+        pipeline_loss(model)  # training runs the blocks, not training_step: a loss must be there
+        if type(model).training_step is not pl.LightningModule.training_step and not callable(
+            getattr(model, "on_pipeline_step", None)
+        ):
+            rank_zero_warn(
+                f"HybridParallelStrategy trains {type(model).__name__} through its pipeline blocks and loss: its "
+                "training_step is not called, so nothing it logs is logged. Log training values in "
+                "`on_pipeline_step(self, output, target, loss)` (called after every pipeline step on the last stage).",
+                category=UserWarning,
+            )
+        if len(blocks) < self.pipeline_stages:
+            names = ", ".join(name for name, _ in blocks.named_children())
+            raise ValueError(
+                f"pipeline_stages={self.pipeline_stages} but the model has only {len(blocks)} blocks ({names}); "
+                f"use at most {len(blocks)} stages"
+            )
+        if not isinstance(self.placement_method, str) and sum(self.placement_method) != len(blocks):
+            raise ValueError(
+                f"placement stage sizes {self.placement_method} add up to {sum(self.placement_method)} blocks, "
+                f"the model has {len(blocks)}"
+            )
+
+    def _micro_batch_size_hint(self, trainer: pl.Trainer) -> int:
+        datamodule = trainer.datamodule if hasattr(trainer, "datamodule") else None
+        hparams = getattr(datamodule, "hparams", None) or {}
+        batch = getattr(datamodule, "batch_size", None) or hparams.get("batch_size") or self.micro_batches
+        return max(int(batch) // self.micro_batches, 1)
+
+    def inject_compute_slowdown(self, factor: float) -> None:
+        """Make this rank's stage compute ``factor`` times slower (heterogeneity simulation)."""
+        if not factor >= 1.0:
+            raise ValueError(f"compute slowdown must be >= 1, got {factor}")
+        self.compute_slowdown = float(factor)
+
+    # ------------------------------------------------------------------ setup
+    @property
+    def distributed_sampler_kwargs(self) -> dict[str, Any]:
+        """Shard data over replicas only: the ranks of one pipeline see the same batches."""
+        return {"num_replicas": self.data_parallel, "rank": self.global_rank // self.pipeline_stages}
+
+    def setup_environment(self) -> None:
+        super().setup_environment()
+        self._peak = PeakMemory(self.root_device)
+        self._peak.start()
+
+    def setup(self, trainer: pl.Trainer) -> None:
+        self.check_trainer(trainer, None)
+        module = self.lightning_module
+        pipeline_blocks(module)
+        if self._pp_group is None:
+            layout = Mesh(self.pipeline_stages, self.data_parallel)
+            self._pp_group, self._pp_messages, self._dp_group = layout.groups(self.global_rank,
+                                                                              self._get_process_group_backend())
+        if is_freed(module) and self.placement is None:
+            self._check_module(module)  # configure_model() has built its blocks, on the meta device
+            if self.input_shape is None:
+                raise ValueError(
+                    f"{type(module).__name__} was created on the meta device (configure_model()); HybridParallelStrategy "
+                    "plans its stages at setup then, from the shape of one sample: set input_shape, e.g. "
+                    "HybridParallelStrategy(input_shape=[1, 28, 28]) or strategy.input_shape=[1,28,28]"
+                )
+        if self.input_shape is not None and self.placement is None:
+            example = torch.zeros(self._micro_batch_size_hint(trainer), *self.input_shape, device="meta")
+            self._adopt(self._agreed_placement(module, example))
+        self._setup_stage(trainer)
+        if trainer.state.fn == TrainerFn.FITTING:
+            common.single_optimizer("HybridParallelStrategy", self.optimizers)
+            self._accumulate = max(trainer.accumulate_grad_batches, 1)
+            self.attach_sync_points(trainer)
+        self._wrap_gradient_clipping()
+
+    def _setup_stage(self, trainer: pl.Trainer) -> None:
+        """DDPStrategy.setup without its wrapper, and without its broadcast of rank 0's model before
+        evaluation once ranks hold only their stages (rank 0's tensors of other stages are empty)."""
+        fitting = trainer.state.fn == TrainerFn.FITTING
+        self.accelerator.setup(trainer)
+        if fitting and self._layer_sync:
+            self.model = self._layer_sync.apply(self.model)
+        self.precision_plugin.convert_module(self.model)
+        self.model_to_device()
+        if fitting:
+            self.setup_optimizers(trainer)
+        elif self.placement is None:  # decided alike on every rank: nothing is freed before a placement
+            _sync_module_states(self.model)
+        self.setup_precision_plugin()
+        if fitting:
+            _optimizers_to_device(self.optimizers, self.root_device)
+
+    # ------------------------------------------------------------------ placement
+    def _given_devices(self) -> list[Device]:
+        """``devices`` in FLOP/s: their speeds are relative, a speed of 1 being this machine's probed
+        FLOP/s, so that compute and transfer times (with a bandwidth) are both in seconds."""
+        return devices_in_flops(self.device_specs, "relative", probe_speed(self.root_device))
+
+    def _probe_devices(self) -> list[Device]:
+        """Each position's speed in FLOP/s and free memory, measured on replica 0's ranks (slowed as the stage compute is)."""
+        speed = probe_speed(self.root_device, slowdown=self.compute_slowdown)
+        speeds = all_gather_object((speed, free_memory(self.root_device)))
+        return [Device(f"rank{p}", speed=s, memory=m) for p, (s, m) in enumerate(speeds[: self.pipeline_stages])]
+
+    def _plan(self, module: pl.LightningModule, example: torch.Tensor, devices: list[Device]) -> Placement:
+        """Profile the module's blocks on ``example`` (one micro-batch) and place them (:func:`plan_stages`)."""
+        return plan_stages(
+            pipeline_blocks(module), example, devices, self.placement_method, stages=self.pipeline_stages,
+            objective=self.objective, seed=self.seed, options=self.placement_options,
+            optimizer_slots=self.optimizer_slots, in_flight=min(self.micro_batches, self.pipeline_stages),
+        )
+
+    def _agreed_placement(self, module: pl.LightningModule, example: torch.Tensor) -> Placement:
+        """Rank 0 plans with ``example`` (one micro-batch); every rank gets the placement, or its error."""
+        devices = self._given_devices() if self.device_specs is not None else self._probe_devices()
+        planned: Placement | Exception | None = None
+        if self.global_rank == 0:
+            try:
+                planned = self._plan(module, example, devices)
+            except Exception as error:  # every rank must learn of it, not only rank 0
+                planned = error
+        planned = broadcast_object(planned, src=0)
+        if isinstance(planned, Exception):
+            raise planned
+        self._devices = devices
+        return planned
+
+    def _adopt(self, placement: Placement) -> None:
+        """Use ``placement``: this rank keeps (or materialises) its stage's blocks and frees the others."""
+        self.placement, self.lightning_module._pipelined = placement, True  # no second fit of it (check_trainer)
+        self.mesh = Mesh(self.pipeline_stages, self.data_parallel, tuple(placement.device_order))
+        stage = self.placement.stages[self.mesh.stage_of(self.global_rank)]
+        names, blocks = zip(*pipeline_blocks(self.lightning_module).named_children())
+        own = range(stage.start, stage.stop)
+        with torch.inference_mode(False):  # the first batch may be the sanity check's, under inference mode
+            self._stage_blocks(list(blocks), list(names), own)
+            if not any(is_freed(block) for block in blocks):
+                others = [block for index, block in enumerate(blocks) if index not in own]
+                freed = [param for block in others for param in block.parameters()]
+                for block in others:
+                    free(block)
+                for optimizer in self.optimizers:  # state restored from a checkpoint before the plan
+                    state = common.unwrap_optimizer(optimizer).state
+                    for param in freed:
+                        state.pop(param, None)
+        in_blocks = {id(t) for block in blocks for t in [*block.parameters(), *block.buffers()]}
+        module = self.lightning_module
+        outside = [name for name, t in [*module.named_parameters(), *module.named_buffers()]
+                   if t.is_meta and id(t) not in in_blocks]
+        if outside:
+            raise ValueError(f"parameters outside pipeline_blocks() are on the meta device ({', '.join(outside[:5])}): "
+                             "create them outside configure_model(), or inside a block")
+
+    def _ensure_pipeline(self, inputs: torch.Tensor) -> PipelineParallel:
+        """This rank's stage of the pipeline; planned on rank 0 with one micro-batch of the first batch
+        unless it was at setup (``input_shape``)."""
+        module = self.lightning_module
+        if self.pipeline is not None and self._planned_for is module:  # every step: no search for the blocks
+            return self.pipeline
+        if self.placement is None:
+            # one micro-batch of this batch, or of the training batch when this one is smaller (validation's last)
+            size = max(len(inputs) // self.micro_batches, self._micro_batch_size_hint(module.trainer), 1)
+            micro = inputs[:1].expand(size, *inputs.shape[1:]) if self.placement_method != "time" else inputs[:size]
+            self._adopt(self._agreed_placement(module, micro))
+        devices = self._devices
+        named = list(pipeline_blocks(module).named_children())
+        self.pipeline = PipelineParallel(
+            named, [(st.start, st.stop) for st in self.placement.stages], self.mesh, self.global_rank, self._pp_group,
+            self.root_device, slowdown=self.compute_slowdown, message_group=self._pp_messages,
+        )
+        self._planned_for = module
+        if self.global_rank == 0:
+            names = [name for name, _ in named]
+            log.info(
+                "HybridParallelStrategy placement (%s, predicted bottleneck %.4g (block cost / device speed per micro-batch), solved in %.3f s): %s",
+                self.placement.method, self.placement.bottleneck, self.placement.seconds,
+                "; ".join(
+                    f"stage {s}: {names[st.start]}..{names[st.stop - 1]} on rank {self.mesh.order[s]} "
+                    f"({devices[st.device].name}, {st.time_s:.4g} s, {st.memory / 2**20:.0f} MiB)"
+                    for s, st in enumerate(self.placement.stages)
+                ),
+            )
+            self._log_placement(devices, names)
+        return self.pipeline
+
+    def _log_placement(self, devices: list[Device], names: list[str]) -> None:
+        """Rank 0, once planned: the placement in use to each of the Trainer's TensorBoard loggers, as
+        text (``add_text``) and as a figure (``add_figure``, tag ``"placement"``, step 0; matplotlib)."""
+        trainer = getattr(self.lightning_module, "_trainer", None)
+        loggers = [lg for lg in (trainer.loggers if trainer is not None else []) if isinstance(lg, TensorBoardLogger)]
+        if not loggers:
+            return
+        ranks = [[self.mesh.stage_rank(r, s) for r in range(self.data_parallel)] for s in range(self.pipeline_stages)]
+        # stage times are per micro-batch: the blocks were profiled on one micro-batch of the first batch
+        drawn = dict(placement=self.placement, devices=devices, block_names=names, ranks=ranks, time_unit="micro-batch")
+        text = format_placement(**drawn)
+        text += f"\n\n{self.schedule_name} schedule, {self.micro_batches} micro-batches per batch, {self.data_parallel} replica(s)"
+        try:
+            figure = placement_figure(**drawn, micro_batches=self.micro_batches, schedule=self.schedule_name)
+        except ImportError:
+            figure = None
+            rank_zero_warn(
+                'HybridParallelStrategy logs its placement to TensorBoard as text only: matplotlib is not installed; '
+                '`pip install "lightning-hybrid[plots]"` draws the placement figure too.',
+                category=UserWarning,
+            )
+        for i, logger in enumerate(loggers):
+            logger.experiment.add_text("placement", text, global_step=0)
+            if figure is not None:  # closed once the last logger has it
+                logger.experiment.add_figure("placement", figure, global_step=0, close=i == len(loggers) - 1)
+
+    @property
+    def stage_module(self) -> StageModule | None:
+        """This rank's stage (once planned)."""
+        return None if self.pipeline is None else self.pipeline.stage_module
+
+    # ------------------------------------------------------------------ training
+    def training_step(self, *args: Any, **kwargs: Any) -> Any:
+        module = self.lightning_module
+        inputs, target = pipeline_inputs(module, args[0])
+        pipeline = self._ensure_pipeline(inputs)
+        # The schedule runs backward now, but Lightning zeroes gradients between training_step and
+        # backward: keep this step's gradients aside and add them in backward(). The earlier ones
+        # are kept only while gradients accumulate over batches (else Lightning drops them anyway,
+        # and holding them would double the stage's gradient memory).
+        params = list(pipeline.stage_module.parameters())
+        earlier = [p.grad if self._accumulate > 1 else None for p in params]
+        for p in params:
+            p.grad = None
+        with self.precision_plugin.train_step_context():
+            loss, output = pipeline.train_step(
+                inputs, target, pipeline_loss(module), self.schedule_name, self.micro_batches, 1.0 / self._accumulate,
+            )
+        self._step_grads = [p.grad for p in params]
+        for p, grad in zip(params, earlier):
+            p.grad = grad
+        if callable(getattr(module, "on_pipeline_step", None)):
+            module.on_pipeline_step(output, target, loss)
+        return loss
+
+    def backward(self, closure_loss: torch.Tensor, optimizer: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
+        """The schedule has run backward already: only Lightning's before/after-backward hooks remain."""
+        if self.pipeline is None:
+            return super().backward(closure_loss, optimizer, *args, **kwargs)
+        module = self.lightning_module
+        closure_loss = self.precision_plugin.pre_backward(closure_loss, module)
+        for p, grad in zip(self.pipeline.stage_module.parameters(), self._step_grads):
+            if grad is not None:
+                p.grad = grad if p.grad is None else p.grad + grad
+        self._step_grads = []
+        closure_loss = self.precision_plugin.post_backward(closure_loss, module)
+        return closure_loss
+
+    def optimizer_step(self, optimizer: Any, closure: Callable[[], Any], model: Any = None, **kwargs: Any) -> Any:
+        model = model or self.lightning_module
+        if self.data_parallel == 1:
+            return super().optimizer_step(optimizer, closure, model, **kwargs)
+        if self.exchange is None:  # the replicas' all-reduce; delay 0 averages at once
+            delay = self.delay if self.gradient_sync == "delayed" else 0
+            self.exchange = DelayedAllReduce(list(self.pipeline.stage_module.parameters()), delay, group=self._dp_group)
+        if self.gradient_sync == "delayed":  # clip the replica's own gradient, apply the average later
+            step = common.ReplacedStep(common.unwrap_optimizer(optimizer), self._exchange_and_step)
+            return self.precision_plugin.optimizer_step(step, model=model, closure=closure, **kwargs)
+
+        def averaged_closure() -> Any:  # average before Lightning clips the gradients
+            result = closure()
+            self.exchange.push()
+            self.exchange.load_ready_into_grads()
+            return result
+
+        return super().optimizer_step(optimizer, averaged_closure, model, **kwargs)
+
+    def _exchange_and_step(self, optimizer: torch.optim.Optimizer) -> None:
+        self.exchange.push()
+        if self.exchange.load_ready_into_grads():
+            optimizer.step()
+
+    def sync_point(self) -> None:
+        if self.exchange is None:
+            return
+        self.exchange.apply_pending(self.optimizers[0])
+
+    def on_sync_end(self) -> None:
+        self.sync_point()
+
+    def after_epoch_sync(self, pl_module: pl.LightningModule) -> None:
+        """Each rank's peak memory beside its stage's estimate (every rank logs every rank's)."""
+        peak = self._peak.peak() if self._peak is not None else None
+        estimate = None
+        if self.placement is not None and self.mesh is not None:
+            estimate = self.placement.stages[self.mesh.stage_of(self.global_rank)].memory
+        figures = all_gather_object((peak, estimate))
+        report = []
+        for rank, (peak, estimate) in enumerate(figures):
+            if peak is not None:
+                pl_module.log(f"memory/rank{rank}_peak_MiB", peak / 2**20, sync_dist=True)  # the same on every rank
+            if estimate is not None and estimate != float("inf"):
+                pl_module.log(f"memory/rank{rank}_estimate_MiB", estimate / 2**20, sync_dist=True)
+            if peak is not None and estimate is not None:
+                report.append(f"rank {rank} {peak / 2**20:.0f} / {estimate / 2**20:.0f}")
+        if report and self.global_rank == 0:
+            log.info("HybridParallelStrategy memory, peak above the start / the plan's estimate (MiB): %s", "; ".join(report))
+
+    def _wrap_gradient_clipping(self) -> None:
+        """Clip by the norm of the whole model's gradient, summed over the pipeline's stages."""
+        plugin = self.precision_plugin
+        if getattr(plugin, "_hybrid_clip_wrapped", False):
+            return
+        strategy = self
+
+        def clip_grad_by_norm(optimizer: Any, clip_val: float) -> None:
+            if strategy.pipeline is None:
+                return type(plugin).clip_grad_by_norm(plugin, optimizer, clip_val)
+            strategy.pipeline.clip_grad_norm_(clip_val)
+
+        plugin.clip_grad_by_norm = clip_grad_by_norm
+        plugin._hybrid_clip_wrapped = True
+
+    # ------------------------------------------------------------------ evaluation through the pipeline
+    def routed_forward(self, blocks_seq: torch.nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
+        def forward(x: torch.Tensor) -> torch.Tensor:
+            return self._ensure_pipeline(x).forward(x, self.micro_batches)
+
+        return forward
+
+    def teardown(self) -> None:
+        if self.exchange is not None:
+            self.exchange.close()
+            self.exchange = None
+        super().teardown()
+
+
+def _builds_in_configure_model(model: pl.LightningModule) -> bool:
+    """The module has no parameters yet and overrides ``configure_model()`` (it builds its layers there)."""
+    overridden = type(model).configure_model is not pl.LightningModule.configure_model
+    return overridden and next(iter(model.parameters()), None) is None

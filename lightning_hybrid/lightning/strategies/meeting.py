@@ -1,0 +1,255 @@
+# Generated from lightning_hybrid/strategies/meeting.py by `python tools/generate_lightning_namespace.py`: edit that file, not this one.
+"""The fit's per-batch meeting point: where every rank agrees whether to stop, and what observes it.
+
+Lightning ends a multi-process fit on SIGTERM in three places, each a hazard to a distributed run:
+its handler broadcasts from inside the signal handler (a rank that is inside a collective when the
+signal arrives then starts a second one, and the ranks wait for each other forever); before every
+training batch it broadcasts rank 0's flag and waits for it (``_broadcast_sigterm_tensor``: rank 0
+alone decides, so a signal that reaches another rank only is ignored there; and the broadcast is a
+synchronization in every step, where a fast rank waits for the slowest before its compute even
+under a strategy that lets it go on); and after every batch each rank checks its own flag.
+
+:class:`BatchMeeting`, one per Trainer (:func:`meeting`), takes their place while it is attached
+(:meth:`BatchMeeting.attach`, by the strategy or by the first callback that needs it, at setup):
+
+* a signal only records what was asked (:meth:`BatchMeeting.request_stop`: an int stored, nothing
+  logged, sent or computed in the handler);
+* before each training batch every rank passes :meth:`BatchMeeting.__call__` (Lightning's per-batch
+  hook), where the ranks agree on a stop as the strategy chose (:meth:`BatchMeeting.agree_by`):
+  :class:`EveryBatch` (the default: a MAX all-reduce of the ranks' requested signals, the cost of
+  Lightning's broadcast; a request on any rank stops every rank at the same batch, at an optimizer
+  step's boundary under gradient accumulation), :class:`Deferred` (the all-reduce started each batch
+  and read ``lag`` batches later: balanced shares and the delayed all-reduce, whose ranks must not
+  wait for each other there), or :class:`ThroughServer` (the parameter-server workers, which never
+  meet between sync points: a worker asked to stop tells the server, and every worker stops at its
+  next exchange with it, :meth:`BatchMeeting.stop_now`);
+* the agreed signal is the largest requested (SIGTERM over SIGUSR2 over SIGINT), so every rank knows
+  which signal stopped the run, wherever it arrived;
+* in validation and test loops, :meth:`BatchMeeting.agree_in_evaluation` agrees per batch the same
+  way (a MAX all-reduce; only where every rank runs the same number of batches, checked once per
+  loop by :meth:`BatchMeeting.evaluation_starts`);
+* observers (:meth:`BatchMeeting.observe`) get the seconds each pass took: ranks that meet there
+  wait there for the slowest (the straggler report reads it).
+
+With one process there is nothing to agree: a request sets Lightning's own flag, checked after the
+batch. Attached, the meeting holds Lightning's per-batch hook and its SIGTERM notifier (both restored
+by :meth:`BatchMeeting.detach`); the Trainer's flag ``received_sigterm`` is set only once the ranks
+agree.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+import weakref
+from collections import deque
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import lightning.pytorch as pl
+import torch
+import torch.distributed as dist
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+from lightning_hybrid.comm.collectives import Pending, all_gather, all_reduce_, start_all_reduce, unchecked_group
+
+_HOOK = "_broadcast_sigterm_tensor"
+_NOTIFIER = "_sigterm_notifier_fn"
+
+
+def _distributed(trainer: pl.Trainer) -> bool:
+    return trainer.world_size > 1 and dist.is_available() and dist.is_initialized()
+
+
+class Agreement(Protocol):
+    """How the ranks agree on a stop: called before each training batch with this rank's requested
+    signal (0: none), it returns the signal every rank stops on (0: go on)."""
+
+    def __call__(self, requested: int) -> int: ...
+
+
+class EveryBatch:
+    """A MAX all-reduce of the ranks' requested signals before each batch, on the default group."""
+
+    def __call__(self, requested: int) -> int:
+        return int(all_reduce_(torch.tensor([requested]), op=dist.ReduceOp.MAX).item())
+
+
+class Deferred:
+    """Each batch starts the MAX all-reduce of this batch's requests in the background (a gloo group of
+    its own, CPU tensors) and reads the one started ``lag`` batches earlier, long done by then: every
+    rank stops at the same batch, ``lag`` batches after the request, and nobody waits there."""
+
+    def __init__(self, lag: int = 1) -> None:
+        if lag < 1:
+            raise ValueError(f"lag must be at least one batch, got {lag}")
+        self.lag = lag
+        self._pending: deque[Pending] = deque()
+        self.group = unchecked_group()  # every rank creates it, in setup; in the background even under a check
+
+    def __call__(self, requested: int) -> int:
+        agreed = 0
+        if len(self._pending) >= self.lag:
+            agreed = int(self._pending.popleft().wait().item())
+        if agreed:
+            self._pending.clear()  # every rank leaves the same ones unread
+        else:
+            self._pending.append(start_all_reduce(torch.tensor([requested]), self.group, op=dist.ReduceOp.MAX))
+        return agreed
+
+
+class ThroughServer:
+    """Workers that do not meet between sync points (a parameter server's): this rank stops on its
+    own request at once, after telling the server (``tell(signum)``), whose reply to every worker's
+    next exchange then says so: each stops there, the ones waiting for their peers included."""
+
+    def __init__(self, tell: Callable[[int], None]) -> None:
+        self.tell = tell
+        self._told = False
+
+    def __call__(self, requested: int) -> int:
+        if requested and not self._told:
+            self._told = True
+            self.tell(requested)
+        return requested
+
+
+class BatchMeeting:
+    """The per-batch meeting point of one Trainer's fits (see the module docstring)."""
+
+    def __init__(self, trainer: pl.Trainer) -> None:
+        self._trainer = weakref.ref(trainer)
+        self.agreement: Agreement = EveryBatch()
+        #: The signal asked for on this rank (0: none): set by :meth:`request_stop`.
+        self.requested = 0
+        #: The signal every rank agreed to stop on (0: none yet).
+        self.agreed = 0
+        self._observers: list[Callable[[float], None]] = []
+        self._evaluation_agrees = False
+        self._attached = False
+
+    @property
+    def trainer(self) -> pl.Trainer:
+        trainer = self._trainer()
+        assert trainer is not None, "the Trainer of this meeting is gone"
+        return trainer
+
+    # ------------------------------------------------------------------ set-up
+    def attach(self) -> BatchMeeting:
+        """Take Lightning's per-batch hook and SIGTERM notifier for this Trainer (idempotent: the strategy
+        and callbacks each call it at setup; a stop asked for before, during set-up, is kept)."""
+        trainer = self.trainer
+        setattr(trainer.fit_loop.epoch_loop, _HOOK, self)
+        setattr(trainer._signal_connector, _NOTIFIER, self._on_lightning_sigterm)
+        self._attached = True
+        return self
+
+    def detach(self) -> None:
+        """Lightning's own hook and notifier again, and no stop asked for (after the fit or test)."""
+        trainer = self._trainer()
+        if trainer is None or not self._attached:
+            return
+        vars(trainer.fit_loop.epoch_loop).pop(_HOOK, None)
+        vars(trainer._signal_connector).pop(_NOTIFIER, None)
+        self._attached = False
+        self.requested = self.agreed = 0
+        self.agreement = EveryBatch()
+        self._observers.clear()
+
+    def agree_by(self, agreement: Agreement) -> None:
+        """How this fit's ranks agree on a stop (the strategy's choice, at setup)."""
+        self.agreement = agreement
+
+    def observe(self, observer: Callable[[float], None]) -> None:
+        """Call ``observer(seconds)`` after each pass of the training loop through the meeting."""
+        if observer not in self._observers:
+            self._observers.append(observer)
+
+    def forget(self, observer: Callable[[float], None]) -> None:
+        if observer in self._observers:
+            self._observers.remove(observer)
+
+    # ------------------------------------------------------------------ requests (signal handlers)
+    def request_stop(self, signum: int = signal.SIGTERM) -> None:
+        """Ask every rank to stop after the current batch (safe inside a signal handler: it stores an int)."""
+        if self.requested:
+            return
+        self.requested = int(signum)
+        trainer = self._trainer()
+        if trainer is not None and not _distributed(trainer):
+            trainer._signal_connector.received_sigterm = True  # one process: Lightning checks after the batch
+
+    def _on_lightning_sigterm(self, signum: int, frame: Any) -> None:
+        """In place of Lightning's notifier (which broadcasts inside the handler): a request, nothing more."""
+        self.request_stop(signum)
+
+    # ------------------------------------------------------------------ the meetings
+    def __call__(self) -> None:
+        """Before each training batch (Lightning's per-batch hook, multi-process fits only)."""
+        start = time.perf_counter()
+        try:
+            if not self.agreed:
+                self.agreed = self.agreement(self.requested)
+            if self.agreed and self._at_step_boundary():
+                self._stop()
+        finally:
+            elapsed = time.perf_counter() - start
+            for observer in self._observers:
+                observer(elapsed)
+
+    def _at_step_boundary(self) -> bool:
+        """With gradient accumulation, only where an optimizer step has just been taken (a checkpoint
+        there holds no half-accumulated gradients; every rank counts the same batches)."""
+        if isinstance(self.agreement, ThroughServer):
+            return True
+        trainer = self.trainer
+        accumulate = max(int(trainer.accumulate_grad_batches or 1), 1)
+        return trainer.fit_loop.epoch_loop.batch_progress.current.completed % accumulate == 0
+
+    def _stop(self) -> None:
+        self.trainer._signal_connector.received_sigterm = True
+        raise SIGTERMException()
+
+    def stop_now(self, signum: int) -> None:
+        """Another rank stopped the run on ``signum`` (a parameter server's reply said so): stop here."""
+        self.agreed = self.agreed or int(signum)
+        self._stop()
+
+    def evaluation_starts(self, batches: Any) -> None:
+        """At the start of a validation or test loop, on every rank: whether its ranks can agree per
+        batch (every rank runs the same number of batches; one all-gather)."""
+        if not _distributed(self.trainer):
+            self._evaluation_agrees = False
+            return
+        count = sum(b if isinstance(b, int) else -1 for b in batches) if isinstance(batches, list) else -1
+        counts = all_gather(torch.tensor([count], dtype=torch.int64))
+        self._evaluation_agrees = count >= 0 and all(int(c.item()) == count for c in counts)
+
+    def agree_in_evaluation(self) -> None:
+        """Before a validation or test batch: stop every rank here if any asked (a MAX all-reduce where
+        :meth:`evaluation_starts` found equal loops; else each rank on its own request, and only
+        in a one-process run)."""
+        trainer = self.trainer
+        if self._evaluation_agrees:
+            self.agreed = self.agreed or EveryBatch()(self.requested)
+        elif not _distributed(trainer):
+            self.agreed = self.agreed or self.requested
+        if self.agreed:
+            self._stop()
+
+    @property
+    def agreed_signal(self) -> str | None:
+        """The name of the signal the ranks stopped on, or of the one asked for here."""
+        signum = self.agreed or self.requested
+        return signal.Signals(signum).name if signum else None
+
+
+_MEETINGS: weakref.WeakKeyDictionary[pl.Trainer, BatchMeeting] = weakref.WeakKeyDictionary()
+
+
+def meeting(trainer: pl.Trainer) -> BatchMeeting:
+    """The Trainer's meeting point (made on first use; see :meth:`BatchMeeting.attach`)."""
+    found = _MEETINGS.get(trainer)
+    if found is None:
+        found = _MEETINGS[trainer] = BatchMeeting(trainer)
+    return found
