@@ -139,3 +139,47 @@ def test_the_protocol_wins_over_a_found_sequential():
     module = ClassifierModule(LeNet5())
     assert pipeline_blocks(module) is module.pipeline_blocks()
     assert pipeline_loss(module) == module.pipeline_loss
+
+
+def _stage_checkpoint(rank: int, init_file: str, out: str) -> None:
+    """Rank 0 holds block 0, rank 1 block 1 (the other's on the meta device); rank 0 gathers."""
+    from lightning_hybrid.pipeline.stage_checkpoint import block_holders, gather_optimizer_state, gather_state_dict, own_part
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4))
+    net[1].running_mean.fill_(float(rank + 1))  # the holder's values must win
+    other = net[1 - rank]
+    for name, tensor in [*other.named_parameters(recurse=False), *other.named_buffers(recurse=False)]:
+        setattr(other, name, torch.nn.Parameter(torch.empty_like(tensor, device="meta")) if isinstance(tensor, torch.nn.Parameter)
+                else torch.empty_like(tensor, device="meta"))
+    holders = block_holders(list(net), [range(0, 1), range(1, 2)], lambda stage: stage)
+    full = gather_state_dict(net, holders, rank, 0, None, torch.device("cpu"))
+    optimizer = torch.optim.Adam([p for p in net.parameters() if not p.is_meta])
+    sum(p.sum() for p in net.parameters() if not p.is_meta).backward()
+    optimizer.step()
+    params = list(net.parameters())  # the optimizer's order over the whole model: index = position here
+    position = {id(p): i for i, p in enumerate(params)}
+    state = {"state": {position[id(p)]: s for p, s in optimizer.state.items()}, "param_groups": []}
+    gathered = gather_optimizer_state(state, params, holders, rank, 0, None)
+    own = sorted(own_part(dict.fromkeys(net.state_dict()), net.state_dict(keep_vars=True)))
+    torch.save({"full": full, "optimizer": gathered, "own": own}, f"{out}/rank{rank}.pt")
+    dist.destroy_process_group()
+
+
+@pytest.mark.multiprocess
+def test_a_stage_only_model_is_gathered_on_one_rank_tensor_by_tensor(tmp_path):
+    mp.start_processes(_stage_checkpoint, args=(tempfile.mktemp(dir=tmp_path), str(tmp_path)), nprocs=2,
+                       join=True, start_method="forkserver")
+    first, second = (torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in (0, 1))
+    torch.manual_seed(0)
+    reference = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4)).state_dict()
+    assert set(first["full"]) == set(reference) and second["full"] == {}
+    torch.testing.assert_close(first["full"]["0.weight"], reference["0.weight"])
+    torch.testing.assert_close(first["full"]["1.weight"], reference["1.weight"])
+    assert first["full"]["1.running_mean"].eq(2.0).all(), "block 1's buffers come from rank 1, which holds them"
+    assert sorted(first["optimizer"]["state"]) == [0, 1, 2, 3], "every parameter's Adam state reaches rank 0"
+    assert sorted(second["optimizer"]["state"]) == [2, 3], "rank 1 keeps its own"
+    assert first["own"] == ["0.bias", "0.weight"] and second["own"] == sorted(["1.weight", "1.bias", "1.running_mean",
+                                                                                "1.running_var", "1.num_batches_tracked"])

@@ -1,9 +1,9 @@
-"""Strategy glue for ranks that hold only their pipeline stage: the model created on the meta
-device (``configure_model()``), each rank's tensors moved, checkpointed and restored, and the whole
-model gathered stage by stage for checkpoints.
+"""Strategy glue for ranks that hold only their pipeline stage: Lightning's hooks for the model created
+on the meta device (``configure_model()``), each rank's tensors moved, checkpointed and restored.
 
 :class:`StageOnlyState` is a mixin for :class:`~lightning_hybrid.HybridParallelStrategy` (put it
-before the strategy base class); the plain helpers are :mod:`lightning_hybrid.pipeline.materialize`.
+before the strategy base class), thin over the plain helpers: adopting a stage is
+:mod:`lightning_hybrid.pipeline.materialize`, checkpointing one :mod:`lightning_hybrid.pipeline.stage_checkpoint`.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from typing import Any
 import torch
 from lightning_fabric.utilities.device_dtype_mixin import _update_properties
 
-from lightning_hybrid.comm.collectives import exchange, receive_object, send_object
 from lightning_hybrid.pipeline import pipeline_blocks
 from lightning_hybrid.pipeline.materialize import (
     NoteInitialisation, RecordRandomState, check_ties, init_weights_hook, is_freed, materialize,
 )
+from lightning_hybrid.pipeline.stage_checkpoint import block_holders, gather_optimizer_state, gather_state_dict, own_part
 from lightning_hybrid.strategies import common
 
 
@@ -63,74 +63,39 @@ class StageOnlyState:
         _update_properties(self.model, device=self.root_device)  # what module.to() records: self.device
 
     def _holders(self) -> dict[int, int]:
-        """``id(tensor)`` -> the rank of this replica that holds it, for every block tensor (from the
-        placement: valid from setup on, before the first batch builds the pipeline)."""
+        """``id(tensor)`` -> the rank of this replica that holds it (valid from setup on)."""
         blocks = [block for _, block in pipeline_blocks(self.lightning_module).named_children()]
         replica = self.mesh.replica_of(self.global_rank)
-        holders: dict[int, int] = {}
-        for index, stage in enumerate(self.placement.stages):
-            rank = self.mesh.stage_rank(replica, index)
-            for block in blocks[stage.start:stage.stop]:
-                holders.update((id(t), rank) for t in [*block.parameters(), *block.buffers()])
-        return holders
+        return block_holders(blocks, [range(st.start, st.stop) for st in self.placement.stages],
+                             lambda stage: self.mesh.stage_rank(replica, stage))
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
-        """The whole model's state dict on rank 0, in its CPU memory, sent tensor by tensor to it by the
-        ranks of its pipeline that hold each stage (every rank calls it; the others get ``{}``). Each
-        tensor travels once, from its holder to rank 0; never more than one tensor of another stage on
-        rank 0's device."""
+        """The whole model's state dict on rank 0 (every rank calls it; the others get ``{}``), each
+        tensor sent once by its holder in rank 0's pipeline (:func:`gather_state_dict`)."""
         module = self.lightning_module
         if self.placement is None:  # not placed yet: every rank holds the whole model
             return {name: t.detach().cpu() for name, t in module.state_dict().items()}
         if self.mesh.replica_of(self.global_rank) != 0:  # rank 0's pipeline gathers; the other replicas hold the same
             return {}
-        holders = self._holders()
-        full: dict[str, torch.Tensor] = {}
-        for name, tensor in module.state_dict(keep_vars=True).items():
-            src = holders.get(id(tensor), 0)
-            tensor = tensor.detach()
-            if src != 0 and self.global_rank == src:
-                exchange([(tensor.contiguous(), 0)], [], group=self._pp_group)
-            elif src != 0 and self.global_rank == 0:
-                received = torch.empty(tensor.shape, dtype=tensor.dtype, device=self.root_device)
-                exchange([], [(received, src)], group=self._pp_group)
-                full[name] = received.cpu()
-            elif self.global_rank == 0:
-                full[name] = tensor.cpu().clone()
-        return full
+        return gather_state_dict(module, self._holders(), self.global_rank, 0, self._pp_group, self.root_device)
 
     def lightning_module_state_dict(self) -> dict[str, Any]:
         return self.full_state_dict()
 
     def optimizer_state(self, optimizer: Any) -> dict[str, Any]:
-        """The optimizer's state for every stage's parameters on rank 0, parameter by parameter from the
-        rank that holds it, sent to rank 0 alone (the other ranks get their own stage's)."""
+        """The optimizer's state for every stage's parameters on rank 0 (:func:`gather_optimizer_state`);
+        the other ranks get their own stage's."""
         state = super().optimizer_state(optimizer)
         if self.placement is None or self.mesh.replica_of(self.global_rank) != 0:
             return state
-        holders = self._holders()
         params = [p for group in common.unwrap_optimizer(optimizer).param_groups for p in group["params"]]
-        merged = {}
-        for index, param in enumerate(params):
-            src = holders.get(id(param), 0)
-            value = state["state"].get(index)
-            if src != 0 and self.global_rank == src:
-                send_object(_to_cpu(value), dst=0, group=self._pp_group)
-            elif src != 0 and self.global_rank == 0:
-                value = receive_object(src=src, group=self._pp_group)
-            if value is not None:
-                merged[index] = value
-        if self.global_rank == 0:
-            state["state"] = merged
-        return state
+        return gather_optimizer_state(state, params, self._holders(), self.global_rank, 0, self._pp_group)
 
     def load_model_state_dict(self, checkpoint: Mapping[str, Any], strict: bool = True) -> None:
         """Load this rank's tensors from a full checkpoint (the other stages' stay freed)."""
         module = self.lightning_module
         current = module.state_dict(keep_vars=True)
-        state = checkpoint["state_dict"]
-        missing, unexpected = module.load_state_dict(
-            {k: v for k, v in state.items() if not (k in current and current[k].is_meta)}, strict=False)
+        missing, unexpected = module.load_state_dict(own_part(checkpoint["state_dict"], current), strict=False)
         missing = [k for k in missing if not current[k].is_meta]
         if strict and (missing or unexpected):
             raise RuntimeError(f"checkpoint does not match {type(module).__name__}: missing {missing[:5]}, unexpected {unexpected[:5]}")
@@ -154,10 +119,3 @@ class StageOnlyState:
         finally:
             del module.cpu
 
-
-def _to_cpu(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.detach().cpu()
-    if isinstance(value, dict):
-        return {k: _to_cpu(v) for k, v in value.items()}
-    return value
