@@ -37,7 +37,7 @@ import torch.nn.functional as F
 
 from lightning_hybrid import ClassifierModule
 from lightning_hybrid.data import ADNIDataModule
-from lightning_hybrid.data.synth_adni import write_synthetic_adni
+from lightning_hybrid.data.adni_phantoms import write_synthetic_adni
 from lightning_hybrid.models import ResAttNet3D
 
 CONTENDERS = {

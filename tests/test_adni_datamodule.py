@@ -16,7 +16,7 @@ import torch
 from conftest import run_cli
 from lightning_hybrid import ClassifierModule
 from lightning_hybrid.data import ADNIDataModule, BadItemError
-from lightning_hybrid.data.synth_adni import write_synthetic_adni
+from lightning_hybrid.data.adni_phantoms import write_synthetic_adni
 from lightning_hybrid.models import ResAttNet3D
 
 SMALL = dict(image_shape=(32, 32, 32), batch_size=4, cache=None, augment=False, num_workers=0)

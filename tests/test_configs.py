@@ -44,7 +44,7 @@ def test_every_group_has_options():
 
 @pytest.fixture(scope="module")
 def tiny_adni_csv(tmp_path_factory):
-    from lightning_hybrid.data.synth_adni import write_synthetic_adni
+    from lightning_hybrid.data.adni_phantoms import write_synthetic_adni
 
     return write_synthetic_adni(tmp_path_factory.mktemp("adni"), subjects=4, shape=(16, 16, 16))
 

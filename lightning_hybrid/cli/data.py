@@ -16,7 +16,7 @@ def data_command(argv: list[str]) -> None:
     digits expanded with elastic and affine distortions to N samples, as a shard store (cNeural)."""
     import argparse
 
-    from lightning_hybrid.data.synth_adni import write_synthetic_adni
+    from lightning_hybrid.data.adni_phantoms import write_synthetic_adni
 
     parser = argparse.ArgumentParser(prog="lightning-hybrid data", description="Write data sets.")
     commands = parser.add_subparsers(dest="command", required=True)

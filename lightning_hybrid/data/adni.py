@@ -557,7 +557,7 @@ class ADNIDataModule(InMemoryDataModule):
 
 
 class SyntheticADNIDataModule(ADNIDataModule):
-    """:class:`ADNIDataModule` over synthetic volumes (:mod:`lightning_hybrid.data.synth_adni`), written
+    """:class:`ADNIDataModule` over synthetic volumes (:mod:`lightning_hybrid.data.adni_phantoms`), written
     into ``root`` first when its ``adni.csv`` is absent: the whole pipeline without ADNI access, in
     seconds (geometric shapes; :mod:`lightning_hybrid.data.adni_like` builds a cohort from real anatomy)."""
 
@@ -565,7 +565,7 @@ class SyntheticADNIDataModule(ADNIDataModule):
         self, root: str | Path, subjects: int = 40, volume_shape: Sequence[int] = (64, 76, 64), synth_seed: int = 0,
         csv_path: None = None, **kwargs: Any,
     ) -> None:
-        from lightning_hybrid.data.synth_adni import write_synthetic_adni
+        from lightning_hybrid.data.adni_phantoms import write_synthetic_adni
 
         if csv_path is not None:
             raise ValueError("SyntheticADNIDataModule writes and reads root/adni.csv; set root, not csv_path")

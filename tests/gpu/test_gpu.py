@@ -222,7 +222,7 @@ def test_adni_volumes_are_held_on_the_gpu_by_default_and_train(tmp_path):
 
     from lightning_hybrid import ClassifierModule
     from lightning_hybrid.data import ADNIDataModule
-    from lightning_hybrid.data.synth_adni import write_synthetic_adni
+    from lightning_hybrid.data.adni_phantoms import write_synthetic_adni
     from lightning_hybrid.models import ResAttNet3D
 
     csv_path = write_synthetic_adni(tmp_path, subjects=16, shape=(40, 44, 40), seed=0)

@@ -1,6 +1,8 @@
-"""Synthetic ADNI-like structural MRI: NIfTI volumes and a CSV in ADNIDataModule's layout.
+"""ADNI phantoms: synthetic structural MRI, NIfTI volumes and a CSV in ADNIDataModule's layout, for
+running the whole pipeline in seconds without ADNI access (tests, smoke runs, throughput). Not anatomy:
+the benchmark on a real brain template and atlas is :mod:`lightning_hybrid.data.adni_like`.
 
-For running the whole pipeline without ADNI access. Each volume is a head-like ellipsoid (skull
+Each volume is a head-like ellipsoid (skull
 shell, grey/white matter, CSF-filled ventricles, two hippocampus-like bodies) with per-subject
 variation in size, position, intensity and noise. The class-dependent difference follows the
 atrophy pattern of Alzheimer's disease: AD and pMCI subjects get enlarged ventricles and shrunken

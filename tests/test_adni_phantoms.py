@@ -10,7 +10,7 @@ import pytest
 
 from conftest import Zygote, clean_env
 
-from lightning_hybrid.data.synth_adni import synthetic_volume, write_synthetic_adni
+from lightning_hybrid.data.adni_phantoms import synthetic_volume, write_synthetic_adni
 
 
 def test_files_round_trip_through_nibabel(tmp_path):

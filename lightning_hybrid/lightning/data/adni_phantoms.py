@@ -1,7 +1,9 @@
-# Generated from lightning_hybrid/data/synth_adni.py by `python tools/generate_lightning_namespace.py`: edit that file, not this one.
-"""Synthetic ADNI-like structural MRI: NIfTI volumes and a CSV in ADNIDataModule's layout.
+# Generated from lightning_hybrid/data/adni_phantoms.py by `python tools/generate_lightning_namespace.py`: edit that file, not this one.
+"""ADNI phantoms: synthetic structural MRI, NIfTI volumes and a CSV in ADNIDataModule's layout, for
+running the whole pipeline in seconds without ADNI access (tests, smoke runs, throughput). Not anatomy:
+the benchmark on a real brain template and atlas is :mod:`lightning_hybrid.lightning.data.adni_like`.
 
-For running the whole pipeline without ADNI access. Each volume is a head-like ellipsoid (skull
+Each volume is a head-like ellipsoid (skull
 shell, grey/white matter, CSF-filled ventricles, two hippocampus-like bodies) with per-subject
 variation in size, position, intensity and noise. The class-dependent difference follows the
 atrophy pattern of Alzheimer's disease: AD and pMCI subjects get enlarged ventricles and shrunken
