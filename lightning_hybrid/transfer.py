@@ -14,7 +14,6 @@ Only weights travel: the optimizer, the scheduler, the epoch and the callbacks' 
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -22,8 +21,6 @@ import torch
 from torch import nn
 
 from lightning_hybrid import run_folder
-
-log = logging.getLogger(__name__)
 
 
 def transfer_checkpoint(path: str | Path) -> Path:
@@ -48,7 +45,7 @@ def transfer_checkpoint(path: str | Path) -> Path:
 
 def read_state_dict(checkpoint: Path) -> dict[str, torch.Tensor]:
     """The model weights of a Lightning checkpoint (its ``state_dict``) or of a plain saved state dict."""
-    saved = torch.load(checkpoint, map_location="cpu", weights_only=False)
+    saved = torch.load(checkpoint, map_location="cpu", weights_only=True)  # tensors and plain values only
     state = saved.get("state_dict", saved) if isinstance(saved, Mapping) else None
     if not isinstance(state, Mapping) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise ValueError(f"{checkpoint}: neither a Lightning checkpoint nor a state dict of tensors")

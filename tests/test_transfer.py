@@ -4,6 +4,7 @@ model's tensors or a refusal naming what does not fit; through the command line,
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import torch
@@ -49,11 +50,12 @@ def test_another_shape_or_a_missing_tensor_is_refused_by_name():
 def test_the_path_names_a_file_or_a_run_folder(tmp_path):
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
-    older, best = run / "checkpoints" / "epoch001.ckpt", run / "checkpoints" / "epoch000.ckpt"
-    for path in (best, older):
+    newest, best = run / "checkpoints" / "epoch001.ckpt", run / "checkpoints" / "epoch000.ckpt"
+    for age, path in enumerate((newest, best)):  # modification times set: two saves can share one
         torch.save({"state_dict": small_net().state_dict()}, path)
+        os.utime(path, (1_000_000 - age * 100, 1_000_000 - age * 100))
     assert transfer_checkpoint(best) == best
-    assert transfer_checkpoint(run) == older  # no record: the newest
+    assert transfer_checkpoint(run) == newest  # no record: the newest
     run_folder.write_record(run, {"seed": 0}, "finished", best_checkpoint=str(best))
     assert transfer_checkpoint(run) == best  # the record's best
     assert set(read_state_dict(best)) == set(small_net().state_dict())

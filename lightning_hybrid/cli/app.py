@@ -40,8 +40,8 @@ from lightning_hybrid.cli.resume import compared_config, record_end, record_star
 from lightning_hybrid.cli.slurm import submitit_task_as_rank, task_threads  # also registers ${lh_slurm:...}
 from lightning_hybrid.preemption import Preemption, Stop
 from lightning_hybrid.strategies.checkpoint_io import AtomicCheckpointIO
-from lightning_hybrid.watchdog import Watchdog
 from lightning_hybrid.transfer import transfer_checkpoint
+from lightning_hybrid.watchdog import Watchdog
 
 log = logging.getLogger("lightning_hybrid")
 

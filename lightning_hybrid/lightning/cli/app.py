@@ -41,8 +41,8 @@ from lightning_hybrid.lightning.cli.resume import compared_config, record_end, r
 from lightning_hybrid.lightning.cli.slurm import submitit_task_as_rank, task_threads  # also registers ${lh_slurm:...}
 from lightning_hybrid.lightning.preemption import Preemption, Stop
 from lightning_hybrid.lightning.strategies.checkpoint_io import AtomicCheckpointIO
-from lightning_hybrid.lightning.watchdog import Watchdog
 from lightning_hybrid.transfer import transfer_checkpoint
+from lightning_hybrid.lightning.watchdog import Watchdog
 
 log = logging.getLogger("lightning_hybrid")
 
