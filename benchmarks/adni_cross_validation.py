@@ -19,8 +19,9 @@ mean and standard deviation); this script reads the two tables and prints them b
 accuracies and the leakage-free literature's balanced accuracies. A finished sweep is kept: rerunning
 prints its table again. ``--image-shape``, ``--spacing`` and ``--base-channels`` size the work to the
 machine (the defaults: 3D-ResAttNet-18 at 32 base channels and 3 mm voxels, the whole brain, so that
-ten trainings fit in about half an hour on 2 CPU cores); the learning rate is the recipe's (Adam at
-3e-4, the best of 3e-5, 1e-4 and 3e-4 on AD vs CN in recipes/akintoye2022_hybrid_adni).
+ten trainings fit in about half an hour on 2 CPU cores). The learning rate is the recipe's (Adam at 3e-4,
+the best of 3e-5, 1e-4 and 3e-4 on AD vs CN in recipes/akintoye2022_hybrid_adni), or each task's best
+of ``--lrs`` by the folds' mean best validation balanced accuracy (never the test set).
 """
 
 from __future__ import annotations
@@ -57,12 +58,32 @@ def ensure_cohort(folder: Path, diagnoses: list[str], subjects: int, seed: int) 
                     "--subjects", str(subjects), "--diagnoses", *diagnoses, "--seed", str(seed)], check=True)
 
 
-def cross_validate(task: str, cohort: Path, sweep: Path, args: argparse.Namespace) -> list[dict]:
-    """The user's command for ``task``'s cross-validation; the rows of its ``summary.csv``."""
+#: The recipe's learning rate: its sweeps keep the plain folder name (``sweep_TASK``).
+RECIPE_LR = 3e-4
+
+
+def sweep_folder(args: argparse.Namespace, task: str, lr: float) -> Path:
+    return args.workdir / (f"sweep_{task}" if lr == RECIPE_LR else f"sweep_{task}_lr{lr:g}")
+
+
+def validation_bacc(sweep: Path, folds: int) -> float:
+    """The mean over folds of the best validation balanced accuracy (the checkpoint each fold tests):
+    what picks a task's learning rate, never the test set."""
+    best = []
+    for fold in range(folds):
+        (metrics,) = (sweep / str(fold)).glob("csv/*/metrics.csv")
+        with open(metrics) as f:
+            best.append(max(float(r["val/bacc"]) for r in csv.DictReader(f) if r.get("val/bacc")))
+    return sum(best) / len(best)
+
+
+def cross_validate(task: str, cohort: Path, sweep: Path, args: argparse.Namespace, lr: float,
+                   source: Path | None = None) -> list[dict]:
+    """The user's command for ``task``'s cross-validation at ``lr`` (from ``source``'s folds' weights);
+    the rows of its ``summary.csv``."""
     if not (sweep / "summary.csv").is_file():
         folds = ",".join(str(k) for k in range(args.folds))
-        source = TASKS[task].get("from")
-        transfer = [f"transfer_path={args.workdir.resolve() / f'sweep_{source}'}/${{data.split}}"] if source else []
+        transfer = [f"transfer_path={source.resolve()}/${{data.split}}"] if source else []
         command = [
             sys.executable, "-m", "lightning_hybrid.cli", "-m", "data=adni_like",
             f"data.task={TASKS[task].get('data_task', task)}", *transfer,
@@ -70,7 +91,7 @@ def cross_validate(task: str, cohort: Path, sweep: Path, args: argparse.Namespac
             f"data.cache_dir={cohort / 'cache'}", f"data.split={folds}",
             f"data.image_shape=[{','.join(map(str, args.image_shape))}]", f"data.spacing=[{','.join(map(str, args.spacing))}]",
             "model=resattnet3d_18", f"model.base_channels={args.base_channels}", "optimizer=adam_mri",
-            f"optimizer.lr={args.lr}", f"trainer.max_epochs={args.epochs}", "logger=csv", "callbacks=[model_checkpoint]",
+            f"optimizer.lr={lr}", f"trainer.max_epochs={args.epochs}", "logger=csv", "callbacks=[model_checkpoint]",
             "trainer.enable_progress_bar=false", f"hydra.sweep.dir={sweep}",
         ]
         print(f"[{task}] {' '.join(command[3:])}", file=sys.stderr, flush=True)
@@ -102,19 +123,21 @@ def ceiling(cohort: Path, disease: str) -> tuple[float, float]:
     return best, pairs / (positives * negatives)
 
 
-def table(results: dict[str, list[dict]], args: argparse.Namespace) -> str:
+def table(results: dict[str, list[dict]], args: argparse.Namespace, chosen: dict[str, float],
+          validation: dict[str, dict[float, float]]) -> str:
     lines = [
         f"3D-ResAttNet-18 ({args.base_channels} base channels), {args.folds}-fold cross-validation, "
         f"{args.image_shape[0]} x {args.image_shape[1]} x {args.image_shape[2]} voxels of {args.spacing[0]:g} mm, "
-        f"Adam at lr {args.lr:g}, {args.epochs} epochs, best validation balanced accuracy's checkpoint, "
-        "test subjects' baseline scans (mean ± sd over the folds):",
+        f"Adam at each task's learning rate (of {', '.join(f'{lr:g}' for lr in args.lrs)}, by validation), {args.epochs} "
+        "epochs, best validation balanced accuracy's checkpoint, test subjects' baseline scans (mean ± sd over the folds):",
         "",
-        "| task | level | balanced accuracy | sensitivity | specificity | AUC | paper 003 | leakage-free literature (bACC) |",
-        "|---|---|---|---|---|---|---|---|",
+        "| task | lr | level | balanced accuracy | sensitivity | specificity | AUC | paper 003 | leakage-free literature (bACC) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for task, rows in results.items():
         for level in ("scan", "subject"):
-            lines.append(f"| {task.replace('_vs_', ' vs ').replace('_from_', ' from ')} | {level} | " + " | ".join(cell(rows, level, m) for m in METRICS)
+            lines.append(f"| {task.replace('_vs_', ' vs ').replace('_from_', ' from ')} | {chosen[task]:g} | {level} | "
+                         + " | ".join(cell(rows, level, m) for m in METRICS)
                          + f" | {TASKS[task]['paper003'] if level == 'scan' else ''} | "
                          + f"{TASKS[task]['leakage_free'] if level == 'scan' else ''} |")
     lines += ["", "The cohorts' ceiling (the best threshold on the true severity of each baseline subject, in-sample; "
@@ -124,6 +147,9 @@ def table(results: dict[str, list[dict]], args: argparse.Namespace) -> str:
         if "from" not in TASKS[task]:
             bacc, auc = ceiling(cohort, TASKS[task]["diagnoses"][0])
             lines.append(f"- {task.replace('_vs_', ' vs ')}: balanced accuracy {bacc:.3f}, AUC {auc:.3f}")
+    lines += ["", "Mean best validation balanced accuracy per learning rate (what picked each task's):", ""]
+    for task, by_lr in validation.items():
+        lines.append(f"- {task}: " + ", ".join(f"lr {lr:g} {bacc:.3f}" for lr, bacc in by_lr.items()))
     lines += ["", "Per fold (balanced accuracy per scan):", ""]
     for task, rows in results.items():
         folds = [r for r in rows if r["fold"] not in ("mean", "std")]
@@ -138,20 +164,29 @@ def main() -> None:
     parser.add_argument("--subjects", type=int, default=300, help="subjects per cohort, half of each diagnosis")
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--epochs", type=int, default=10)
-    parser.add_argument("--lr", type=float, default=3e-4)
+    parser.add_argument("--lrs", type=float, nargs="+", default=[RECIPE_LR],
+                        help="Adam learning rates to sweep per task; each task's is picked by validation")
+    parser.add_argument("--lr-tasks", nargs="+", choices=list(TASKS), default=None,
+                        help="the tasks that sweep --lrs (default: all); the others train at the recipe's 3e-4")
     parser.add_argument("--base-channels", type=int, default=32)
     parser.add_argument("--image-shape", type=int, nargs=3, default=[56, 72, 60])
     parser.add_argument("--spacing", type=float, nargs=3, default=[3.0, 3.0, 3.0])
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    results = {}
+    results, chosen, validation = {}, {}, {}
     for task in sorted(args.tasks, key=lambda t: "from" in TASKS[t]):  # a transfer after its source
-        if (source := TASKS[task].get("from")) and not (args.workdir / f"sweep_{source}" / "summary.csv").is_file():
+        source = TASKS[task].get("from")
+        if source and source not in chosen:
             parser.error(f"{task} starts from {source}'s runs: run --tasks {source} {task}")
         cohort = args.workdir / f"cohort_{TASKS[task].get('data_task', task)}"
         ensure_cohort(cohort, TASKS[task]["diagnoses"], args.subjects, args.seed)
-        results[task] = cross_validate(task, cohort, args.workdir / f"sweep_{task}", args)
-    text = table(results, args)
+        lrs = args.lrs if args.lr_tasks is None or task in args.lr_tasks else [RECIPE_LR]
+        runs = {lr: cross_validate(task, cohort, sweep_folder(args, task, lr), args, lr,
+                                   sweep_folder(args, source, chosen[source]) if source else None) for lr in lrs}
+        validation[task] = {lr: validation_bacc(sweep_folder(args, task, lr), args.folds) for lr in lrs}
+        chosen[task] = max(lrs, key=validation[task].get)
+        results[task] = runs[chosen[task]]
+    text = table(results, args, chosen, validation)
     print(text)
     (args.workdir / "cross_validation.md").write_text(text + "\n")
     (args.workdir / "cross_validation.json").write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()},
