@@ -93,6 +93,7 @@ def test_a_type_checker_resolves_our_classes_under_each_namespace(tmp_path):
     """``from lightning_hybrid.lightning import SSPStrategy`` resolves to the generated class (no import hook
     for a type checker to miss). MYPYPATH names this checkout: mypy cannot follow an editable install's
     finder, and a wheel ships py.typed."""
+    pytest.importorskip("mypy", reason="mypy is in the test extra (pip install -e '.[test]'); this check needs it")
     (tmp_path / "mypy.ini").write_text(MYPY_CONFIG)
     for namespace_module, expected in (("lightning_hybrid.lightning", "lightning_hybrid.lightning.strategies.ssp.SSPStrategy"),
                                        ("lightning_hybrid", "lightning_hybrid.strategies.ssp.SSPStrategy")):
