@@ -143,6 +143,7 @@ def test_the_protocol_wins_over_a_found_sequential():
 
 def _stage_checkpoint(rank: int, init_file: str, out: str) -> None:
     """Rank 0 holds block 0, rank 1 block 1 (the other's on the meta device); rank 0 gathers."""
+    from lightning_hybrid.pipeline.materialize import free
     from lightning_hybrid.pipeline.stage_checkpoint import block_holders, gather_optimizer_state, gather_state_dict, own_part
 
     torch.set_num_threads(1)
@@ -150,10 +151,7 @@ def _stage_checkpoint(rank: int, init_file: str, out: str) -> None:
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4))
     net[1].running_mean.fill_(float(rank + 1))  # the holder's values must win
-    other = net[1 - rank]
-    for name, tensor in [*other.named_parameters(recurse=False), *other.named_buffers(recurse=False)]:
-        setattr(other, name, torch.nn.Parameter(torch.empty_like(tensor, device="meta")) if isinstance(tensor, torch.nn.Parameter)
-                else torch.empty_like(tensor, device="meta"))
+    free(net[1 - rank])  # the other stage's block, as a stage-only rank holds it
     holders = block_holders(list(net), [range(0, 1), range(1, 2)], lambda stage: stage)
     full = gather_state_dict(net, holders, rank, 0, None, torch.device("cpu"))
     optimizer = torch.optim.Adam([p for p in net.parameters() if not p.is_meta])

@@ -16,6 +16,7 @@ wait for something outside them. The process that started the ranks stops them a
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 from typing import Any
@@ -38,10 +39,8 @@ def end_the_run(trainer: pl.Trainer, message: str) -> None:
     if watch is not None:
         watch.stop_all(message)  # does not return
     for process in getattr(trainer.strategy.launcher, "procs", None) or []:  # Lightning's launcher's ranks
-        try:
+        with contextlib.suppress(OSError):  # already gone
             process.kill()
-        except OSError:
-            pass
     os.write(2, ("\n" + message + "\n").encode())
     os._exit(1)
 
