@@ -15,6 +15,7 @@ import pytorch_lightning
 import torch
 
 import lightning_hybrid
+import lightning_hybrid.lightning  # noqa: F401  (how aliases reach L.Trainer whatever was imported first: docs/python.md)
 from conftest import clean_env
 from lightning_hybrid import namespace
 from test_configs import suite_aliases
