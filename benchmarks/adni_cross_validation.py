@@ -8,10 +8,10 @@ Each task's cohort is ``lightning-hybrid data make-adni-like`` (``--diagnoses AD
 MCI's atrophy milder and partly present), written into ``--workdir`` first when it is not there. Each
 task is then the one command a user types,
 
-    lightning-hybrid -m data=adni_like data.task=TASK data.split=0,1,2,3,4 model=resattnet3d_18 ...
+    lightning-hybrid -m data=adni_like data.task=TASK data.split.fold=0,1,2,3,4 model=resattnet3d_18 ...
 
 ``pMCI_vs_sMCI_from_AD_vs_CN`` is pMCI vs sMCI with each fold started from the weights of AD vs CN's
-run of the same fold (``transfer_path=.../sweep_AD_vs_CN/${data.split}``), as ClinicaDL's evaluation
+run of the same fold (``transfer_path=.../sweep_AD_vs_CN/${data.split.fold}``), as ClinicaDL's evaluation
 (Wen et al. 2020) trains its MCI networks.
 
 whose sweep ends with its table (``summary.csv``: each fold's test metrics per scan and per subject,
@@ -83,13 +83,13 @@ def cross_validate(task: str, cohort: Path, sweep: Path, args: argparse.Namespac
     the rows of its ``summary.csv``."""
     if not (sweep / "summary.csv").is_file():
         folds = ",".join(str(k) for k in range(args.folds))
-        transfer = [f"transfer_path={source.resolve()}/${{data.split}}"] if source else []
+        transfer = [f"transfer_path={source.resolve()}/${{data.split.fold}}"] if source else []
         command = [
             sys.executable, "-m", "lightning_hybrid.cli", "-m", "data=adni_like",
             f"data.task={TASKS[task].get('data_task', task)}", *transfer,
-            f"data.caps_directory={cohort / 'caps'}", f"data.tsv_path={cohort / 'split'}",
-            f"data.cache_dir={cohort / 'cache'}", f"data.split={folds}",
-            f"data.image_shape=[{','.join(map(str, args.image_shape))}]", f"data.spacing=[{','.join(map(str, args.spacing))}]",
+            f"data.source.caps_directory={cohort / 'caps'}", f"data.source.tsv_path={cohort / 'split'}",
+            f"data.cache.dir={cohort / 'cache'}", f"data.split.fold={folds}",
+            f"data.view.image_shape=[{','.join(map(str, args.image_shape))}]", f"data.view.spacing=[{','.join(map(str, args.spacing))}]",
             "model=resattnet3d_18", f"model.base_channels={args.base_channels}", "optimizer=adam_mri",
             f"optimizer.lr={lr}", f"trainer.max_epochs={args.epochs}", "logger=csv", "callbacks=[model_checkpoint]",
             "trainer.enable_progress_bar=false", f"hydra.sweep.dir={sweep}",

@@ -45,8 +45,8 @@ CONTENDERS = {
 
 
 def cohort_overrides(cohort: Path) -> list[str]:
-    return ["data=adni_like", f"data.caps_directory={cohort / 'caps'}", f"data.tsv_path={cohort / 'split'}",
-            f"data.cache_dir={cohort / 'cache'}"]
+    return ["data=adni_like", f"data.source.caps_directory={cohort / 'caps'}", f"data.source.tsv_path={cohort / 'split'}",
+            f"data.cache.dir={cohort / 'cache'}"]
 
 
 def ensure_cohort(cohort: Path, subjects: int, seed: int) -> None:

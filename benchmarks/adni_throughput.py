@@ -41,10 +41,10 @@ from lightning_hybrid.data.adni_phantoms import write_synthetic_adni
 from lightning_hybrid.models import ResAttNet3D
 
 CONTENDERS = {
-    "device": dict(cache="auto", augment_on="device", num_workers="auto", pin_memory="auto"),
-    "host": dict(cache="memory", augment_on="device", num_workers="auto", pin_memory="auto"),
-    "workers": dict(cache="memory", augment_on="workers", num_workers="auto", pin_memory="auto"),
-    "before": dict(cache="memory", augment_on="workers", num_workers=0, pin_memory=False),
+    "device": dict(cache={"where": "auto"}, augment={"where": "device"}, num_workers="auto", pin_memory="auto"),
+    "host": dict(cache={"where": "memory"}, augment={"where": "device"}, num_workers="auto", pin_memory="auto"),
+    "workers": dict(cache={"where": "memory"}, augment={"where": "workers"}, num_workers="auto", pin_memory="auto"),
+    "before": dict(cache={"where": "memory"}, augment={"where": "workers"}, num_workers=0, pin_memory=False),
 }
 
 
@@ -99,8 +99,9 @@ def end_to_end(csv_path: Path, cache_dir: Path, settings: dict, accelerator: str
                warmup: int, base_channels: int) -> float:
     """Samples per second of Trainer.fit on the ADNI datamodule, from step ``warmup`` on."""
     pl.seed_everything(0)
-    dm = ADNIDataModule(csv_path, image_shape=shape, batch_size=batch, cache_dir=cache_dir,
-                        val_fraction=0.05, test_fraction=0.05, **settings)
+    settings = {**settings, "cache": {**settings["cache"], "dir": cache_dir}}
+    dm = ADNIDataModule({"csv_path": csv_path}, view={"image_shape": shape}, batch_size=batch,
+                        split={"val_fraction": 0.05, "test_fraction": 0.05}, **settings)
     module = ClassifierModule(make_net(base_channels), optimizer=partial(torch.optim.SGD, lr=1e-4, momentum=0.9))
     timer = StepTimer(warmup)
     trainer = pl.Trainer(accelerator=accelerator, devices=1, max_epochs=100, max_steps=warmup + steps,

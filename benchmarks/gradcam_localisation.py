@@ -59,7 +59,7 @@ def score_run(run: Path, limit: int | None) -> list[dict]:
     state = torch.load(best_checkpoint(run), map_location="cpu", weights_only=True)["state_dict"]
     net.load_state_dict({k[len("net."):]: v for k, v in state.items() if k.startswith("net.")})
     disease = datamodule.positive_class
-    spacing = max(datamodule.hparams.spacing)
+    spacing = max(datamodule.view.spacing)
     preprocess = datamodule.preprocessing(keep_meta=True)
     scores = []
     for scan in [s for s in splits["test"] if s.label == disease][:limit]:

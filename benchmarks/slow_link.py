@@ -139,7 +139,7 @@ def throughput(args, name: str, lr: float, link: ShapedLink | None, table: dict)
 
 def pipeline_base(args) -> list[str]:
     return ["model=resattnet3d_18", "data=adni_synthetic", "data.subjects=40", "data.volume_shape=[48,48,48]",
-            "data.image_shape=[48,48,48]", f"data.batch_size={args.pipeline_batch}", "data.cache_dir=null",
+            "data.view.image_shape=[48,48,48]", f"data.batch_size={args.pipeline_batch}", "data.cache.dir=null",
             "trainer.devices=2", "optimizer=adam_mri"]
 
 

@@ -183,6 +183,8 @@ def run_config(run_dir: Path) -> Any:
     """A run's composed config, its paths resolvable outside Hydra (the run's working directory and folder)."""
     from omegaconf import OmegaConf, open_dict
 
+    from lightning_hybrid.data.adni_settings import FLAT_NAMES, regroup
+
     cfg = OmegaConf.load(run_dir / ".hydra" / "config.yaml")
     hydra_file = run_dir / ".hydra" / "hydra.yaml"
     cwd = OmegaConf.select(OmegaConf.load(hydra_file), "hydra.runtime.cwd") if hydra_file.is_file() else None
@@ -190,8 +192,11 @@ def run_config(run_dir: Path) -> Any:
         if "paths" in cfg:
             cfg.paths.root_dir = cwd or str(Path.cwd())
             cfg.paths.output_dir = str(run_dir)
-        if "cache_dir" in cfg.data:  # only the preprocessing is used here
-            cfg.data.cache, cfg.data.cache_dir = None, None
+        flat = [name for name in FLAT_NAMES if name in cfg.data and not OmegaConf.is_dict(cfg.data[name])]
+        if flat and str(cfg.data.get("_target_", "")).endswith("ADNIDataModule"):  # a run from before the grouping
+            cfg.data = OmegaConf.create(regroup(OmegaConf.to_container(cfg.data)))
+        if OmegaConf.select(cfg, "data.cache.dir") is not None:  # only the preprocessing is used here
+            cfg.data.cache.where, cfg.data.cache.dir = None, None
     return cfg
 
 
@@ -225,8 +230,7 @@ def explain_run(run_dir: Path, image: Path, target_class: str | int | None, out:
     target = class_index(datamodule, target_class)
     preprocessed = datamodule.preprocessing(keep_meta=True)({"image": str(image)})["image"]
     volume = torch.as_tensor(preprocessed)[None]
-    spacing = max(float(s) for s in datamodule.hparams.spacing) * getattr(datamodule.hparams, "downsample", 1)
-    layer = layer or default_layer(net, volume, max_stride=max(1, int(MAX_CELL_MM // spacing)))
+    layer = layer or default_layer(net, volume, max_stride=max(1, int(MAX_CELL_MM // datamodule.view.voxel_mm)))
     heatmap = grad_cam_map(net, volume, target, layer, method)
     affine = np.asarray(preprocessed.affine, dtype=np.float64)
     out.mkdir(parents=True, exist_ok=True)

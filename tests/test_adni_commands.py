@@ -17,9 +17,8 @@ import torch
 from conftest import run_cli
 from doc_commands import is_adni, training_commands
 
-#: Where a command's data lives (replaced by small synthetic volumes): ClinicaDL's keys and the CSV's.
-CLINICADL_KEYS = {f"data.{k}" for k in ("csv_path", "caps_directory", "tsv_path", "split", "baseline",
-                                         "valid_longitudinal", "use_uncropped_image")}
+#: Where a command's data lives and how it is split (replaced by small synthetic volumes): ClinicaDL's keys and the CSV's.
+DATA_SOURCE_GROUPS = ("data.source.", "data.split.")
 
 
 def adni_commands() -> list[tuple[str, str]]:
@@ -34,7 +33,7 @@ def at_small_size(command: str, tmp_path: Path) -> list[str]:
         if token in ("-m", "..."):
             continue
         key, _, value = token.partition("=")
-        if key == "data" or key in CLINICADL_KEYS or key.startswith("hydra"):
+        if key == "data" or key.startswith(DATA_SOURCE_GROUPS) or key.startswith("hydra"):
             continue  # the data becomes small synthetic volumes below
         if key == "transfer_path":
             continue  # a run of the reader's (tests/test_transfer.py starts from one)
@@ -51,8 +50,8 @@ def at_small_size(command: str, tmp_path: Path) -> list[str]:
     if stages and not any(o.startswith("trainer.devices=") for o in overrides):
         overrides.append(f"trainer.devices={stages}")
     return [*overrides, "data=adni_synthetic", f"data.root={tmp_path / 'synth'}", "data.subjects=24",
-            "data.volume_shape=[40,48,40]", "data.image_shape=[40,40,40]", "data.cache_dir=null", "model.base_channels=8",
-            "trainer.max_epochs=4", "logger=csv", "callbacks=[model_checkpoint]", "allow_cpu_oversubscription=true",
+            "data.volume_shape=[40,48,40]", "data.view.image_shape=[40,40,40]", "data.cache.dir=null",
+            "model.base_channels=8", "trainer.max_epochs=4", "logger=csv", "callbacks=[model_checkpoint]", "allow_cpu_oversubscription=true",
             f"hydra.run.dir={tmp_path / 'run'}"]
 
 

@@ -19,7 +19,7 @@ from lightning_hybrid.data import ADNIDataModule, BadItemError
 from lightning_hybrid.data.adni_phantoms import write_synthetic_adni
 from lightning_hybrid.models import ResAttNet3D
 
-SMALL = dict(image_shape=(32, 32, 32), batch_size=4, cache=None, augment=False, num_workers=0)
+SMALL = dict(view={"image_shape": (32, 32, 32)}, cache={"where": None}, augment={"where": None}, batch_size=4, num_workers=0)
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +28,7 @@ def synth(tmp_path_factory) -> Path:
 
 
 def test_shapes_dtypes_and_subject_splits(synth):
-    dm = ADNIDataModule(synth, val_fraction=0.2, test_fraction=0.2, **SMALL)
+    dm = ADNIDataModule({"csv_path": synth}, split={"val_fraction": 0.2, "test_fraction": 0.2}, **SMALL)
     dm.setup()
     x, y = next(iter(dm.train_dataloader()))
     assert x.shape == (4, 1, 32, 32, 32) and x.dtype == torch.float32 and y.dtype == torch.int64
@@ -44,7 +44,7 @@ def test_shapes_dtypes_and_subject_splits(synth):
 def test_kfold_covers_every_subject_once(synth):
     tests = []
     for fold in range(3):
-        dm = ADNIDataModule(synth, folds=3, fold=fold, val_fraction=0.2, **SMALL)
+        dm = ADNIDataModule({"csv_path": synth}, split={"folds": 3, "fold": fold, "val_fraction": 0.2}, **SMALL)
         dm.setup()
         tests.append({s.subject for s in dm.splits["test"]})
     assert sum(len(t) for t in tests) == len(set().union(*tests)) == 12
@@ -58,7 +58,8 @@ def test_pmci_task_and_spellings(tmp_path, synth):
         writer.writerow(["PTID", "Image Path", "DX_bl"])
         for r in rows:
             writer.writerow([r["subject_id"], str(synth.parent / r["image"]), {"NC": "CN"}.get(r["diagnosis"], r["diagnosis"])])
-    dm = ADNIDataModule(spelled, task="pMCI_vs_sMCI", val_fraction=0.2, test_fraction=0.2, **SMALL)
+    dm = ADNIDataModule({"csv_path": spelled}, task="pMCI_vs_sMCI", split={"val_fraction": 0.2, "test_fraction": 0.2},
+                        **SMALL)
     dm.setup()
     assert sum(len(v) for v in dm.splits.values()) == sum(r["diagnosis"] in ("sMCI", "pMCI") for r in rows)
 
@@ -97,8 +98,8 @@ def bad_csv(tmp_path: Path, synth: Path, case: str) -> tuple[Path, str]:
 def test_bad_items_error_or_skip(tmp_path, synth, case, caplog):
     path, expected = bad_csv(tmp_path, synth, case)
     with pytest.raises(BadItemError, match=expected.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
-        ADNIDataModule(path, **SMALL).setup()
-    dm = ADNIDataModule(path, on_bad_file="skip", **SMALL)
+        ADNIDataModule({"csv_path": path}, **SMALL).setup()
+    dm = ADNIDataModule({"csv_path": path, "on_bad_file": "skip"}, **SMALL)
     with caplog.at_level(logging.WARNING):
         dm.setup()
     assert len(dm.skipped) == 1 and "skipped 1 bad item" in caplog.text
@@ -109,23 +110,24 @@ def test_missing_column(tmp_path):
     path = tmp_path / "cols.csv"
     path.write_text("subject_id,image\nA,a.nii.gz\n")
     with pytest.raises(BadItemError, match="no 'diagnosis' column"):
-        ADNIDataModule(path, **SMALL).setup()
+        ADNIDataModule({"csv_path": path}, **SMALL).setup()
 
 
 def test_bad_settings(synth):
     with pytest.raises(ValueError, match="unknown task"):
-        ADNIDataModule(synth, task="AD_vs_cats")
-    with pytest.raises(ValueError, match="divisible by downsample"):
-        ADNIDataModule(synth, image_shape=(33, 32, 32), downsample=2)
+        ADNIDataModule({"csv_path": synth}, task="AD_vs_cats")
+    with pytest.raises(ValueError, match="divisible by view.downsample"):
+        ADNIDataModule({"csv_path": synth}, view={"image_shape": (33, 32, 32), "downsample": 2})
     with pytest.raises(FileNotFoundError, match="make-adni-like"):
-        ADNIDataModule(synth.parent / "missing.csv")
+        ADNIDataModule({"csv_path": synth.parent / "missing.csv"})
 
 
 def test_training_beats_chance_on_held_out_subjects(tmp_path):
     csv_path = write_synthetic_adni(tmp_path, subjects=64, shape=(40, 44, 40), seed=7, diagnoses=("AD", "NC"))
     pl.seed_everything(0)
-    dm = ADNIDataModule(csv_path, image_shape=(32, 32, 32), batch_size=8, val_fraction=0.15, test_fraction=0.2,
-                        augment=True, cache="memory", num_workers=0)
+    dm = ADNIDataModule({"csv_path": csv_path}, split={"val_fraction": 0.15, "test_fraction": 0.2},
+                        view={"image_shape": (32, 32, 32)}, augment={"where": "device"}, cache={"where": "memory"},
+                        batch_size=8, num_workers=0)
     module = ClassifierModule(ResAttNet3D(depth=18, base_channels=8), optimizer=partial(torch.optim.Adam, lr=3e-4))
     trainer = pl.Trainer(accelerator="cpu", max_epochs=15, logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False)
@@ -140,7 +142,7 @@ def test_two_process_ddp_with_the_model(tmp_path):
     run_dir = tmp_path / "run"
     run_cli(
         "data=adni_synthetic", f"data.root={tmp_path / 'synth'}", "data.subjects=16", "data.volume_shape=[24,24,24]",
-        "data.image_shape=[16,16,16]", "data.batch_size=2", "model=resattnet3d_18", "model.base_channels=4",
+        "data.view.image_shape=[16,16,16]", "data.batch_size=2", "model=resattnet3d_18", "model.base_channels=4",
         "strategy=ddp", "trainer.devices=2", "trainer=debug", "allow_cpu_oversubscription=true",
         f"hydra.run.dir={run_dir}", cwd=tmp_path,
     )
@@ -149,22 +151,24 @@ def test_two_process_ddp_with_the_model(tmp_path):
 
 def test_disk_cache_decodes_each_volume_once(synth, tmp_path):
     cache_dir = tmp_path / "cache"
-    dm = ADNIDataModule(synth, image_shape=(32, 32, 32), batch_size=4, augment=False, cache="disk", cache_dir=cache_dir)
+    dm = ADNIDataModule({"csv_path": synth}, view={"image_shape": (32, 32, 32)}, augment={"where": None},
+                        cache={"where": "disk", "dir": cache_dir}, batch_size=4)
     dm.setup()
     first = [x.clone() for x, _ in dm.train_dataloader()]
     for index in range(len(dm.train_set)):  # the loader drops the last incomplete batch
         dm.train_set[index]
     assert len(list(cache_dir.glob("*.pt"))) == len(dm.splits["train"])  # one preprocessed file per training scan
-    dm2 = ADNIDataModule(synth, image_shape=(32, 32, 32), batch_size=4, augment=False, cache="disk", cache_dir=cache_dir)
+    dm2 = ADNIDataModule({"csv_path": synth}, view={"image_shape": (32, 32, 32)}, augment={"where": None},
+                         cache={"where": "disk", "dir": cache_dir}, batch_size=4)
     dm2.setup()
     again = [x for x, _ in dm2.train_dataloader()]
     assert all(torch.equal(a, b) for a, b in zip(first, again))
 
 
 def test_memory_cache_persists_between_runs_in_cache_dir(synth, tmp_path, monkeypatch):
-    settings = dict(image_shape=(32, 32, 32), batch_size=4, augment=False, cache="memory", cache_dir=tmp_path / "c",
-                    num_workers=0)
-    dm = ADNIDataModule(synth, **settings)
+    settings = dict(view={"image_shape": (32, 32, 32)}, augment={"where": None}, cache={"where": "memory", "dir": tmp_path / "c"},
+                    batch_size=4, num_workers=0)
+    dm = ADNIDataModule({"csv_path": synth}, **settings)
     dm.setup()
     assert len(list((tmp_path / "c").glob("*.pt"))) == sum(len(v) for v in dm.splits.values())
     first = torch.stack([x for x, _ in dm.train_set])
@@ -174,24 +178,25 @@ def test_memory_cache_persists_between_runs_in_cache_dir(synth, tmp_path, monkey
         raise AssertionError("a cached volume was decoded again")
 
     monkeypatch.setattr(LoadVolumed, "__call__", no_decoding)
-    again = ADNIDataModule(synth, **settings)
+    again = ADNIDataModule({"csv_path": synth}, **settings)
     again.setup()  # every volume read from the disk cache
     assert torch.equal(torch.stack([x for x, _ in again.train_set]), first)
-    changed = ADNIDataModule(synth, **{**settings, "image_shape": (24, 24, 24)})
+    changed = ADNIDataModule({"csv_path": synth}, **{**settings, "view": {"image_shape": (24, 24, 24)}})
     with pytest.raises(RuntimeError) as raised:  # other preprocessing settings: other cache entries
         changed.setup()
     assert "decoded again" in str(raised.value.__cause__)
 
 
 def test_loader_settings_feed_an_accelerator(synth):
-    dm = ADNIDataModule(synth, image_shape=(32, 32, 32), batch_size=4, cache=None)
+    dm = ADNIDataModule({"csv_path": synth}, view={"image_shape": (32, 32, 32)}, cache={"where": None}, batch_size=4)
     dm.setup()
     loader = dm.train_dataloader()
     assert loader.num_workers == 2 and loader.persistent_workers and loader.prefetch_factor == 4
     assert loader.pin_memory == torch.cuda.is_available()
-    assert ADNIDataModule(synth, augment_on="workers", cache=None).loader_workers >= 1
-    with pytest.raises(ValueError, match="augment_on"):
-        ADNIDataModule(synth, augment_on="gpu")
+    assert ADNIDataModule({"csv_path": synth}, augment={"where": "workers"},
+                          cache={"where": None}).loader_workers >= 1
+    with pytest.raises(ValueError, match="augment.where"):
+        ADNIDataModule({"csv_path": synth}, augment={"where": "gpu"})
 
 
 class _OnDevice:
@@ -206,7 +211,7 @@ def test_device_cache_serves_the_batches_of_the_memory_cache_from_the_device(syn
     order, no loader workers; ``"auto"`` stays in host memory off CUDA; workers cannot augment there."""
     batches = {}
     for cache in ("memory", "device", "auto"):
-        dm = ADNIDataModule(synth, **{**SMALL, "cache": cache, "num_workers": 2})
+        dm = ADNIDataModule({"csv_path": synth}, **{**SMALL, "cache": {"where": cache}, "num_workers": 2})
         dm.setup()
         dm.trainer = _OnDevice("cpu")
         loaders = [dm.train_dataloader(), dm.val_dataloader()]
@@ -219,10 +224,10 @@ def test_device_cache_serves_the_batches_of_the_memory_cache_from_the_device(syn
         assert len(got) == len(batches["memory"])
         for a, b in zip(got, batches["memory"]):
             assert all(torch.equal(x, y) for x, y in zip(a, b))
-    with pytest.raises(ValueError, match="augment_on='device'"):
-        ADNIDataModule(synth, cache="device", augment_on="workers")
-    with pytest.raises(ValueError, match="cache must be one of"):
-        ADNIDataModule(synth, cache="gpu")
+    with pytest.raises(ValueError, match="augment.where=device"):
+        ADNIDataModule({"csv_path": synth}, augment={"where": "workers"}, cache={"where": "device"})
+    with pytest.raises(ValueError, match="cache.where must be one of"):
+        ADNIDataModule({"csv_path": synth}, cache={"where": "gpu"})
 
 
 class _Training:
@@ -230,7 +235,7 @@ class _Training:
 
 
 def test_augmentation_runs_on_the_transferred_training_batch(synth):
-    dm = ADNIDataModule(synth, **{**SMALL, "augment": True})
+    dm = ADNIDataModule({"csv_path": synth}, **{**SMALL, "augment": {"where": "device"}})
     dm.setup()
     x, y = next(iter(dm.train_dataloader()))
     assert torch.equal(dm.on_after_batch_transfer((x, y), 0)[0], x)  # no trainer, or not training: untouched
@@ -243,9 +248,9 @@ def test_augmentation_runs_on_the_transferred_training_batch(synth):
 
 def test_a_split_asked_for_but_empty_is_refused_with_the_cohorts_numbers(synth):
     """24 synthetic subjects hold 6 AD and 6 NC: a test fraction of 0.05 rounds to 0 subjects per class."""
-    dm = ADNIDataModule(synth, val_fraction=0.2, test_fraction=0.05, **SMALL)
-    with pytest.raises(ValueError, match=r"the test split is empty.*12 subjects \(6 AD, 6 CN;.*data.test_fraction=0.05"):
+    dm = ADNIDataModule({"csv_path": synth}, split={"val_fraction": 0.2, "test_fraction": 0.05}, **SMALL)
+    with pytest.raises(ValueError, match=r"the test split is empty.*12 subjects \(6 AD, 6 CN;.*data.split.test_fraction=0.05"):
         dm.setup()
-    dm = ADNIDataModule(synth, val_fraction=0.2, test_fraction=0.0, **SMALL)
+    dm = ADNIDataModule({"csv_path": synth}, split={"val_fraction": 0.2, "test_fraction": 0.0}, **SMALL)
     dm.setup()  # asked for none: no test set, no error
     assert not dm.splits["test"] and dm.splits["val"]

@@ -85,8 +85,9 @@ def test_ad_shrinks_the_hippocampi_and_enlarges_the_ventricles_as_in_the_literat
 
 @needs_templates
 def test_the_cohort_trains_through_the_datamodule_without_leakage(cohort):
-    dm = ADNIDataModule(caps_directory=cohort / "caps", tsv_path=cohort / "split", split=0, image_shape=(40, 48, 40),
-                        spacing=(4.0, 4.0, 4.0), batch_size=2, cache=None, augment=False, num_workers=0)
+    dm = ADNIDataModule({"caps_directory": cohort / "caps", "tsv_path": cohort / "split"}, split={"fold": 0},
+                        view={"image_shape": (40, 48, 40), "spacing": (4.0, 4.0, 4.0)}, augment={"where": None},
+                        cache={"where": None}, batch_size=2, num_workers=0)
     dm.setup()
     assert {s.label for s in dm.splits["test"]} == {0, 1}
     image, label, key = dm.test_set[0]
@@ -101,7 +102,8 @@ def test_the_default_view_holds_the_whole_brain(cohort, config):
 
     data = OmegaConf.load(Path(__file__).resolve().parents[1] / "configs" / "data" / f"{config}.yaml")
     base = OmegaConf.load(Path(__file__).resolve().parents[1] / "configs" / "data" / "adni.yaml")
-    shape, spacing = np.array(data.get("image_shape", base.image_shape)), np.array(data.get("spacing", base.spacing))
+    view = OmegaConf.merge(base.view, data.get("view", {}))
+    shape, spacing = np.array(view.image_shape), np.array(view.spacing)
     for path in sorted((cohort / "caps").rglob(f"*{BRAIN_SUFFIX}")):
         brain = nib.load(path)
         voxels = np.argwhere(np.asarray(brain.dataobj) > 0)
@@ -127,5 +129,6 @@ def test_mci_atrophy_is_milder_and_partly_present(cohort):
     loss = {dx: volumes["CN"]["hippocampus_mm3"] - volumes[dx]["hippocampus_mm3"] for dx in ("AD", "pMCI")}
     assert growth["pMCI"] == pytest.approx(growth["AD"] / 2, rel=0.15) and growth["AD"] > 0
     assert loss["pMCI"] == pytest.approx(loss["AD"], rel=0.02) and loss["AD"] > 0
-    dm = ADNIDataModule(caps_directory=cohort / "caps", tsv_path=cohort / "split", split=0, task="pMCI_vs_sMCI")
+    dm = ADNIDataModule({"caps_directory": cohort / "caps", "tsv_path": cohort / "split"}, task="pMCI_vs_sMCI",
+                        split={"fold": 0})
     assert dm.labels == ["pMCI", "sMCI"] and dm.positive_class == 0

@@ -267,3 +267,22 @@ def test_a_data_error_is_the_last_thing_printed(tmp_path):
     assert "data=synthetic" in tail
     for noise in ("Traceback", "gloo", "Connection", "[rank: 1]", "Child process"):
         assert noise not in tail, proc.stderr[-3000:]
+
+
+def test_data_adni_keys_from_before_the_grouping_are_refused_saying_where_they_went(monkeypatch, capsys):
+    """``data.image_shape=...`` (a key of data=adni before its settings were grouped) stops before Hydra
+    starts, naming the override to type instead; grouped keys and other datamodules' keys pass."""
+    from lightning_hybrid.cli import command
+
+    assert command.moved_overrides(["data=adni_caps", "data.view.image_shape=[8,8,8]", "data.split.fold=2",
+                                    "data.root=/data/mnist", "data.batch_size=4", "data.cache.where=memory"]) == []
+    monkeypatch.setattr("sys.argv", ["lightning-hybrid", "data=adni_caps", "data.image_shape=[8,8,8]", "data.split=2",
+                                     "data.cache=memory", "data.augment=false", "+data.cache_dir=/tmp/c"])
+    monkeypatch.setattr(command, "_hydra_train", lambda: pytest.fail("Hydra started despite the moved keys"))
+    with pytest.raises(SystemExit) as stopped:
+        command.main()
+    message = str(stopped.value.code)
+    for hint in ("data.image_shape=[8,8,8] -> data.view.image_shape=[8,8,8]", "data.split=2 -> data.split.fold=2",
+                 "data.cache=memory -> data.cache.where=memory", "data.augment=false -> data.augment.where=null",
+                 "+data.cache_dir=/tmp/c -> data.cache.dir=/tmp/c"):
+        assert hint in message, message

@@ -17,8 +17,8 @@ from lightning_hybrid.data.clinicadl import (
 )
 from lightning_hybrid.data.leakage import LeakageError
 
-SMALL = dict(image_shape=(8, 8, 8), spacing=(2.0, 2.0, 2.0), batch_size=2, cache=None, augment=False, num_workers=0,
-             preprocess_threads=2)
+SMALL = dict(view={"image_shape": (8, 8, 8), "spacing": (2.0, 2.0, 2.0)}, cache={"where": None, "threads": 2},
+             augment={"where": None}, batch_size=2, num_workers=0)
 
 
 @pytest.fixture
@@ -39,7 +39,8 @@ def test_identifiers_and_class_order_as_clinicadl_writes_them():
 
 @pytest.mark.parametrize("tsv_path,split", [("split", 1), ("split/2_fold", 1)])
 def test_a_clinicadl_cohort_loads_with_its_splits_used_as_given(cohort, tsv_path, split):
-    dm = ADNIDataModule(caps_directory=cohort["caps"], tsv_path=cohort["caps"].parent / tsv_path, split=split, **SMALL)
+    dm = ADNIDataModule({"caps_directory": cohort["caps"], "tsv_path": cohort["caps"].parent / tsv_path},
+                        split={"fold": split}, **SMALL)
     dm.setup()
     assert subjects(dm.splits["test"]) == keys(cohort["test"])
     assert subjects(dm.splits["val"]) == keys(cohort["folds"][1])
@@ -53,8 +54,8 @@ def test_a_clinicadl_cohort_loads_with_its_splits_used_as_given(cohort, tsv_path
 
 
 def test_extracted_tensors_are_read_where_prepare_data_wrote_them(cohort):
-    dm = ADNIDataModule(caps_directory=cohort["caps"], tsv_path=cohort["caps"].parent / "labels.tsv", val_fraction=0.25,
-                        test_fraction=0.25, **SMALL)
+    dm = ADNIDataModule({"caps_directory": cohort["caps"], "tsv_path": cohort["caps"].parent / "labels.tsv"},
+                        split={"val_fraction": 0.25, "test_fraction": 0.25}, **SMALL)
     dm.setup()
     paths = {s.subject: s.path for scans in dm.splits.values() for s in scans if s.session == "ses-M000"}
     assert paths["ADNI RID 1004"].suffix == ".pt" and paths["ADNI RID 77"].suffix == ".pt"  # tensor-only, and both
@@ -64,14 +65,14 @@ def test_extracted_tensors_are_read_where_prepare_data_wrote_them(cohort):
 
 
 def test_baseline_training_and_longitudinal_evaluation(cohort):
-    common = dict(caps_directory=cohort["caps"], tsv_path=cohort["split"], split=0, **SMALL)
-    dm = ADNIDataModule(baseline=True, **common)
+    common = dict(source={"caps_directory": cohort["caps"], "tsv_path": cohort["split"]}, **SMALL)
+    dm = ADNIDataModule(split={"fold": 0, "baseline": True}, **common)
     dm.setup()
     assert all(s.session == "ses-M000" for s in dm.splits["train"])
     with pytest.raises(ClinicaDLFormatError, match=r"valid_longitudinal=true needs .*test.tsv"):  # said, not guessed
-        ADNIDataModule(valid_longitudinal=True, **common).setup()
+        ADNIDataModule(split={"fold": 0, "valid_longitudinal": True}, **common).setup()
     write_tsv(cohort["split"] / "test.tsv", [r for r in cohort["rows"] if subject_key(r["participant_id"]) in keys(cohort["test"])])
-    dm = ADNIDataModule(valid_longitudinal=True, **common)
+    dm = ADNIDataModule(split={"fold": 0, "valid_longitudinal": True}, **common)
     dm.setup()
     assert [s.session for s in dm.splits["test"] if s.subject == "ADNI RID 295"] == ["ses-M000", "ses-M012"]
     assert split_files(cohort["split"], 0, False, True).validation[0].name == "validation.tsv"
@@ -99,7 +100,7 @@ def test_a_subject_in_two_splits_under_two_spellings_is_refused_naming_both(coho
     folder = write_split(cohort, [leaked, by_rid["ADNI RID 1004"], by_rid["ADNI RID 6001"]],
                          [by_rid["ADNI RID 77"], by_rid["ADNI RID 130"]], test)
     with pytest.raises(LeakageError, match=r"subject ADNI RID 21 \(spelled 011_S_0021, sub-ADNI011S0021\): it is in train and test"):
-        ADNIDataModule(caps_directory=cohort["caps"], tsv_path=folder, **SMALL).setup()
+        ADNIDataModule({"caps_directory": cohort["caps"], "tsv_path": folder}, **SMALL).setup()
 
 
 def test_a_subjects_sessions_split_across_train_and_test_are_refused(cohort):
@@ -110,7 +111,7 @@ def test_a_subjects_sessions_split_across_train_and_test_are_refused(cohort):
                          [m000["ADNI RID 77"], m000["ADNI RID 130"]], [m000["ADNI RID 295"], m000["ADNI RID 21"]])
     with pytest.raises(LeakageError, match=r"subject ADNI RID 295.*its sessions are split across train and test; "
                                            r"train: ses-M012.*test: ses-M000"):
-        ADNIDataModule(caps_directory=cohort["caps"], tsv_path=folder, **SMALL).setup()
+        ADNIDataModule({"caps_directory": cohort["caps"], "tsv_path": folder}, **SMALL).setup()
 
 
 def test_the_same_image_under_two_names_is_refused_by_its_content(cohort, tmp_path):
@@ -121,7 +122,8 @@ def test_the_same_image_under_two_names_is_refused_by_its_content(cohort, tmp_pa
     nib.save(nib.Nifti1Image(np.asarray(image.dataobj), image.affine), target)  # re-saved: other gzip bytes, same voxels
     cache = tmp_path / "cache"
     with pytest.raises(LeakageError, match=r"the same image .* twice: .*011_S_0021|the same image .* twice: .*sub-ADNI041S4200") as raised:
-        ADNIDataModule(caps_directory=caps, tsv_path=cohort["split"], split=0, **{**SMALL, "cache_dir": cache}).setup()
+        ADNIDataModule({"caps_directory": caps, "tsv_path": cohort["split"]}, split={"fold": 0},
+                       **{**SMALL, "cache": {"where": None, "dir": cache, "threads": 2}}).setup()
     assert "sub-ADNI011S0021" in str(raised.value) or "011_S_0021" in str(raised.value) or "21 ses-M000" in str(raised.value)
     assert not any(p.suffix == ".pt" for p in cache.rglob("*")), "nothing preprocessed before the refusal"
 
@@ -131,8 +133,9 @@ def test_a_session_listed_twice_is_refused(cohort):
     first = [r for r in rows if session_id(r["session_id"]) == "ses-M000"]
     folder = write_split(cohort, first[2:6] + [first[2]], first[6:8], first[:2])
     with pytest.raises(LeakageError, match="session listed twice"):
-        ADNIDataModule(caps_directory=cohort["caps"], tsv_path=folder, **SMALL).setup()
-    ADNIDataModule(caps_directory=cohort["caps"], tsv_path=folder, skip_leak_check=True, **SMALL).setup()  # said, then allowed
+        ADNIDataModule({"caps_directory": cohort["caps"], "tsv_path": folder}, **SMALL).setup()
+    ADNIDataModule({"caps_directory": cohort["caps"], "tsv_path": folder}, split={"skip_leak_check": True},
+                   **SMALL).setup()  # said, then allowed
 
 
 @pytest.mark.parametrize("case", ["missing_file", "no_participant_id", "unknown_diagnosis", "4d"])
@@ -156,17 +159,20 @@ def test_bad_input_is_named_and_nothing_is_written(cohort, tmp_path, case):
         expected = r"sub-ADNI067S6001.*a 4D image of shape \(8, 8, 8, 2\)"
     cache = tmp_path / "cache"
     with pytest.raises((BadItemError, ClinicaDLFormatError), match=expected):
-        ADNIDataModule(caps_directory=caps, tsv_path=split, split=1, **{**SMALL, "cache_dir": cache}).setup()
+        ADNIDataModule({"caps_directory": caps, "tsv_path": split}, split={"fold": 1},
+                       **{**SMALL, "cache": {"where": None, "dir": cache, "threads": 2}}).setup()
     assert not cache.exists() or not any(cache.iterdir()), "nothing written"
 
 
 def test_a_folder_that_is_not_a_caps_or_a_split_is_refused_with_what_to_do(cohort, tmp_path):
     with pytest.raises(FileNotFoundError, match="not a CAPS folder.*make-adni-like"):
-        ADNIDataModule(caps_directory=tmp_path / "nowhere", tsv_path=cohort["split"])
-    with pytest.raises(ClinicaDLFormatError, match=r"folds \[0, 1\] of a k-fold; choose one with split=K"):
-        ADNIDataModule(caps_directory=cohort["caps"], tsv_path=cohort["split"], split=None, **SMALL).setup()
+        ADNIDataModule({"caps_directory": tmp_path / "nowhere", "tsv_path": cohort["split"]})
+    with pytest.raises(ClinicaDLFormatError, match=r"folds \[0, 1\] of a k-fold; choose one with split.fold=K"):
+        ADNIDataModule({"caps_directory": cohort["caps"], "tsv_path": cohort["split"]}, split={"fold": None},
+                       **SMALL).setup()
     with pytest.raises(ClinicaDLFormatError, match="no split-7"):
-        ADNIDataModule(caps_directory=cohort["caps"], tsv_path=cohort["split"], split=7, **SMALL).setup()
+        ADNIDataModule({"caps_directory": cohort["caps"], "tsv_path": cohort["split"]}, split={"fold": 7},
+                       **SMALL).setup()
     shutil.rmtree(cohort["split"] / "2_fold")
     with pytest.raises(ClinicaDLFormatError, match="needs train.tsv and validation_baseline.tsv"):
-        ADNIDataModule(caps_directory=cohort["caps"], tsv_path=cohort["split"], **SMALL).setup()
+        ADNIDataModule({"caps_directory": cohort["caps"], "tsv_path": cohort["split"]}, **SMALL).setup()

@@ -15,8 +15,8 @@ from clinicadl_cohort import (
 from lightning_hybrid.data import ADNIDataModule
 from lightning_hybrid.data.clinicadl import ClinicaDLFormatError, session_id, subject_key
 
-SMALL = dict(image_shape=(8, 8, 8), spacing=(2.0, 2.0, 2.0), batch_size=2, cache=None, augment=False, num_workers=0,
-             preprocess_threads=2)
+SMALL = dict(view={"image_shape": (8, 8, 8), "spacing": (2.0, 2.0, 2.0)}, cache={"where": None, "threads": 2},
+             augment={"where": None}, batch_size=2, num_workers=0)
 
 
 @pytest.fixture
@@ -34,8 +34,9 @@ def expected(cohort: dict, fold: int) -> dict[str, set[str]]:
             "test": keys(cohort["test"])}
 
 
-def loaded(cohort: dict, tsv_path, split, **kwargs) -> ADNIDataModule:
-    dm = ADNIDataModule(caps_directory=cohort["caps"], tsv_path=tsv_path, split=split, **{**SMALL, **kwargs})
+def loaded(cohort: dict, tsv_path, split, **source) -> ADNIDataModule:
+    dm = ADNIDataModule({"caps_directory": cohort["caps"], "tsv_path": tsv_path, **source}, split={"fold": split},
+                        **SMALL)
     dm.setup()
     return dm
 
@@ -65,7 +66,7 @@ def test_each_fold_of_a_kfold_beside_a_single_split_is_the_fold_asked_for(cohort
 def test_a_fold_asked_of_a_single_split_is_refused(cohort):
     shutil.rmtree(cohort["split"] / "2_fold")
     write_tsv(cohort["split"] / "validation_baseline.tsv", [])
-    with pytest.raises(ClinicaDLFormatError, match=r"split=2 asks for fold 2 of a k-fold, but .* is a single split"):
+    with pytest.raises(ClinicaDLFormatError, match=r"split.fold=2 asks for fold 2 of a k-fold, but .* is a single split"):
         loaded(cohort, cohort["split"], 2)
 
 
@@ -80,7 +81,7 @@ def test_clinicadl2_splits_take_their_diagnoses_from_the_labels_tsv(cohort, tmp_
     if where == "labels_tsv":
         (root / "labels.tsv").rename(tmp_path / "my_labels.tsv")
         (cohort["caps"].parent / "labels.tsv").unlink()  # no labels.tsv above the split any more
-        with pytest.raises(ClinicaDLFormatError, match=r"no 'diagnosis' column .* make_split and make_kfold .* labels_tsv="):
+        with pytest.raises(ClinicaDLFormatError, match=r"no 'diagnosis' column .* make_split and make_kfold .* data.source.labels_tsv="):
             loaded(cohort, split, 1)
         extra = {"labels_tsv": tmp_path / "my_labels.tsv"}
     for fold in (0, 1):
@@ -97,7 +98,7 @@ def test_clinicadl1_per_diagnosis_files_are_read_for_the_tasks_diagnoses(cohort,
         assert subjects_of(dm) == expected(cohort, fold) and diagnoses_right(cohort, dm)
     assert sorted(s.session for s in loaded(cohort, train, 1).splits["train"] if s.subject == "ADNI RID 4200") == [
         "ses-M000", "ses-M024"]  # longitudinal training sessions, from CN.tsv
-    with pytest.raises(ClinicaDLFormatError, match=r"folds \[0, 1\] of a k-fold; choose one with split=K"):
+    with pytest.raises(ClinicaDLFormatError, match=r"folds \[0, 1\] of a k-fold; choose one with split.fold=K"):
         loaded(cohort, train, None)
     (train / "train_splits-2" / "split-1" / "CN.tsv").unlink()
     with pytest.raises(ClinicaDLFormatError, match=r"split-1: no CN.tsv \(ClinicaDL 1.x's TSV per diagnosis"):
@@ -110,16 +111,17 @@ def test_diagnoses_outside_the_task_are_dropped_and_counted_unknown_ones_refused
     mci = [{**r, "participant_id": "998_S_9998", "diagnosis": "LMCI"} for r in rows[:1]]
     labels = write_tsv(cohort["caps"].parent / "with_smc.tsv", rows + smc + mci)
     with caplog.at_level(logging.INFO, logger="lightning_hybrid.data.adni"):
-        dm = ADNIDataModule(caps_directory=cohort["caps"], tsv_path=labels, val_fraction=0.25, test_fraction=0.25, **SMALL)
+        dm = ADNIDataModule({"caps_directory": cohort["caps"], "tsv_path": labels},
+                            split={"val_fraction": 0.25, "test_fraction": 0.25}, **SMALL)
         dm.setup()
     assert "dropped 1 MCI, 1 SMC (diagnoses outside the task's AD, CN)" in caplog.text
     assert sum(len(v) for v in dm.splits.values()) == len({(r["participant_id"], r["session_id"]) for r in rows
                                                              if session_id(r["session_id"]) == "ses-M000"}) + 1  # + 295's M012 in train
     write_tsv(labels, rows + [{**rows[0], "diagnosis": "Martian"}])
     with pytest.raises(ClinicaDLFormatError, match=r"with_smc.tsv, line \d+: unknown diagnosis 'Martian'"):
-        ADNIDataModule(caps_directory=cohort["caps"], tsv_path=labels, **SMALL).setup()
+        ADNIDataModule({"caps_directory": cohort["caps"], "tsv_path": labels}, **SMALL).setup()
     with pytest.raises(ValueError, match="diagnoses must be two or more of AD, CN, MCI, sMCI, pMCI"):
-        ADNIDataModule(caps_directory=cohort["caps"], tsv_path=labels, diagnoses=["SMC", "CN"], **SMALL)
+        ADNIDataModule({"caps_directory": cohort["caps"], "tsv_path": labels}, diagnoses=["SMC", "CN"], **SMALL)
 
 
 def test_images_are_found_at_any_depth_in_any_case_and_the_latest_run_is_taken(cohort, caplog):
@@ -130,19 +132,21 @@ def test_images_are_found_at_any_depth_in_any_case_and_the_latest_run_is_taken(c
     deeper.parent.mkdir()
     image.rename(deeper)
     labels = cohort["caps"].parent / "labels.tsv"
-    dm = ADNIDataModule(caps_directory=caps, tsv_path=labels, val_fraction=0.25, test_fraction=0.25, **SMALL)
+    dm = ADNIDataModule({"caps_directory": caps, "tsv_path": labels},
+                        split={"val_fraction": 0.25, "test_fraction": 0.25}, **SMALL)
     dm.setup()
     assert any(s.path == deeper for scans in dm.splits.values() for s in scans)
     for run in (1, 2):
         shutil.copy(deeper, deeper.parent / deeper.name.replace("_space-", f"_run-0{run}_space-"))
     deeper.unlink()
     with caplog.at_level(logging.WARNING):
-        dm = ADNIDataModule(caps_directory=caps, tsv_path=labels, val_fraction=0.25, test_fraction=0.25, **SMALL)
+        dm = ADNIDataModule({"caps_directory": caps, "tsv_path": labels},
+                            split={"val_fraction": 0.25, "test_fraction": 0.25}, **SMALL)
         dm.setup()
     assert any(s.path.name.startswith("sub-ADNI011S0021_ses-M00_T1w_run-02") or "_run-02_" in s.path.name
                for scans in dm.splits.values() for s in scans)
     assert "2 runs of one scan" in caplog.text
     shutil.copy(deeper.parent / deeper.name.replace("_space-", "_run-02_space-"), session / "t1_linear" / image.name)
     with pytest.raises(ClinicaDLFormatError, match="3 t1-linear images match for one session"):
-        ADNIDataModule(caps_directory=caps, tsv_path=labels, **SMALL).setup()
+        ADNIDataModule({"caps_directory": caps, "tsv_path": labels}, **SMALL).setup()
 

@@ -60,11 +60,11 @@ def tiny_caps(tmp_path_factory) -> Path:
 def test_option_composes_and_instantiates(tmp_path, group, option, tiny_adni_csv, tiny_caps):
     extra = ["trainer.devices=2"] if (group, option) in {("strategy", "ddp"), ("strategy", "ddp_spawn"), ("sim", "two_speeds")} else []
     if (group, option) in {("data", "adni"), ("experiment", "akintoye2022_adni"), ("experiment", "akintoye2022_hybrid_adni")}:
-        extra.append(f"data.csv_path={tiny_adni_csv}")  # users point it at their ADNI CSV
+        extra.append(f"data.source.csv_path={tiny_adni_csv}")  # users point it at their ADNI CSV
     if (group, option) == ("data", "adni_synthetic"):
         extra += ["data.subjects=4", "data.volume_shape=[16,16,16]"]
     if (group, option) in {("data", "adni_caps"), ("data", "adni_like")}:  # users point them at their CAPS and TSVs
-        extra += [f"data.caps_directory={tiny_caps / 'caps'}", f"data.tsv_path={tiny_caps / 'split'}"]
+        extra += [f"data.source.caps_directory={tiny_caps / 'caps'}", f"data.source.tsv_path={tiny_caps / 'split'}"]
     cfg = compose_run(tmp_path, f"{group}={option}", *extra)
     if group != "experiment":  # experiments are `# @package _global_`: they change other groups
         assert group in cfg
@@ -100,8 +100,8 @@ def test_every_knob_is_reachable_by_override(tmp_path):
 def test_checkpoints_and_early_stopping_watch_the_datamodules_metric(tmp_path, tiny_caps, data, monitor):
     """monitor: auto is the datamodule's: balanced accuracy for ADNI (the field's metric), accuracy for MNIST."""
     cfg = compose_run(tmp_path, f"data={data}", "callbacks=[model_checkpoint,early_stopping]",
-                      f"data.caps_directory={tiny_caps / 'caps'}" if data == "adni_caps" else "data.download=false",
-                      *([f"data.tsv_path={tiny_caps / 'split'}"] if data == "adni_caps" else []))
+                      f"data.source.caps_directory={tiny_caps / 'caps'}" if data == "adni_caps" else "data.download=false",
+                      *([f"data.source.tsv_path={tiny_caps / 'split'}"] if data == "adni_caps" else []))
     watching = [c for c in build_callbacks(cfg, build(cfg.data)) if hasattr(c, "monitor")]
     assert [(c.monitor, c.mode) for c in watching] == [(monitor, "max"), (monitor, "max")]
     cfg = compose_run(tmp_path, "callbacks=[model_checkpoint]", "callbacks.model_checkpoint.monitor=val/loss")

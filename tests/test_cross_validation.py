@@ -1,4 +1,4 @@
-"""Cross-validation as one command: ``lightning-hybrid -m data=adni_caps data.split=0,1 ...`` ends with each fold's
+"""Cross-validation as one command: ``lightning-hybrid -m data=adni_caps data.split.fold=0,1 ...`` ends with each fold's
 test metrics per scan and per subject, their mean and standard deviation, and each fold's best checkpoint, in a
 table and summary.csv; the summary's arithmetic checked on job folders written as Hydra writes them."""
 
@@ -30,11 +30,11 @@ def job_folder(sweep: Path, number: int, overrides: list[str], metrics: dict | N
 def test_folds_are_grouped_by_the_other_settings_and_averaged(tmp_path):
     baccs = {("0.001", "0"): 0.70, ("0.001", "1"): 0.80, ("0.001", "2"): 0.60, ("0.01", "0"): 0.50, ("0.01", "1"): 0.55}
     for n, ((lr, fold), bacc) in enumerate(baccs.items()):
-        job_folder(tmp_path, n, ["data=adni_caps", f"optimizer.lr={lr}", f"data.split={fold}"],
+        job_folder(tmp_path, n, ["data=adni_caps", f"optimizer.lr={lr}", f"data.split.fold={fold}"],
                    {"test/bacc": bacc, "test/subject/bacc": bacc + 0.05, "test/auc": 0.9}, f"ckpt-{n}.ckpt")
-    job_folder(tmp_path, 5, ["data=adni_caps", "optimizer.lr=0.01", "data.split=2"], None)  # a job that failed
+    job_folder(tmp_path, 5, ["data=adni_caps", "optimizer.lr=0.01", "data.split.fold=2"], None)  # a job that failed
     key, rows = summarize(read_jobs(tmp_path))
-    assert key == "data.split"
+    assert key == "data.split.fold"
     mean = {r["settings"]: r for r in rows if r["fold"] == "mean"}
     std = {r["settings"]: r for r in rows if r["fold"] == "std"}
     first, second = "optimizer.lr=0.001", "optimizer.lr=0.01"  # what varies besides the fold
@@ -47,7 +47,7 @@ def test_folds_are_grouped_by_the_other_settings_and_averaged(tmp_path):
     assert failed["status"] == "no metrics" and math.isnan(failed["scan/bacc"])
     assert next(r for r in rows if r["fold"] == "1" and r["settings"] == first)["best_checkpoint"] == "ckpt-1.ckpt"
     table = format_table(key, rows)
-    assert "cross-validation over data.split (3 folds), optimizer.lr=0.001; test set:" in table
+    assert "cross-validation over data.split.fold (3 folds), optimizer.lr=0.001; test set:" in table
     assert "no metrics" in table
 
 
@@ -56,14 +56,14 @@ def test_a_cross_validation_is_one_command_and_ends_with_its_table(tmp_path):
     cohort = make_cohort(tmp_path / "cohort")
     sweep = tmp_path / "sweep"
     proc = run_cli(
-        "-m", "data=adni_caps", f"data.caps_directory={cohort['caps']}", f"data.tsv_path={cohort['split']}",
-        "data.split=0,1", "data.image_shape=[16,16,16]", "data.spacing=[2.0,2.0,2.0]", "data.batch_size=2",
-        "data.cache_dir=null", "data.num_workers=0", "model=resattnet3d_18", "model.base_channels=4",
+        "-m", "data=adni_caps", f"data.source.caps_directory={cohort['caps']}", f"data.source.tsv_path={cohort['split']}",
+        "data.split.fold=0,1", "data.view.image_shape=[16,16,16]", "data.view.spacing=[2.0,2.0,2.0]", "data.batch_size=2",
+        "data.cache.dir=null", "data.num_workers=0", "model=resattnet3d_18", "model.base_channels=4",
         "trainer.max_epochs=1", "logger=csv", "callbacks=[model_checkpoint]", f"hydra.sweep.dir={sweep}",
         cwd=tmp_path, timeout=400,
     )
     out = proc.stdout
-    assert "cross-validation over data.split (2 folds)" in out, out[-3000:] + proc.stderr[-3000:]
+    assert "cross-validation over data.split.fold (2 folds)" in out, out[-3000:] + proc.stderr[-3000:]
     with open(sweep / "summary.csv") as f:
         rows = list(csv.DictReader(f))
     assert [r["fold"] for r in rows] == ["0", "1", "mean", "std"]

@@ -90,7 +90,7 @@ def test_explain_command_end_to_end(tmp_path):
     run_dir = tmp_path / "run"
     run_cli(
         "data=adni_synthetic", f"data.root={tmp_path / 'synth'}", "data.subjects=24", "data.volume_shape=[32,36,32]",
-        "data.image_shape=[32,32,32]", "data.batch_size=2", "model=resattnet3d_18", "model.base_channels=4",
+        "data.view.image_shape=[32,32,32]", "data.batch_size=2", "model=resattnet3d_18", "model.base_channels=4",
         "trainer=debug", f"hydra.run.dir={run_dir}", cwd=tmp_path,
     )
     image = next((tmp_path / "synth" / "images").iterdir())

@@ -11,6 +11,7 @@ from omegaconf import DictConfig
 from lightning_hybrid.cli.app import train
 from lightning_hybrid.cli.data import data_command
 from lightning_hybrid.cli.plan import plan_command
+from lightning_hybrid.data.adni_settings import FLAT_NAMES
 
 
 # The job's name (the run's log file cli.log, "cli is powered by Hydra" in --help) is configs/hydra/default.yaml's.
@@ -27,6 +28,31 @@ def explain_command(argv: list[str]) -> None:
     run(argv)
 
 
+#: data=adni's keys before its settings were grouped, and where they are now; not those other datamodules also
+#: have (``root``, ``val_fraction``), nor those that are a group's name now (``split``, ``cache``: see below).
+MOVED_DATA_KEYS = {name: new for name, new in FLAT_NAMES.items() if name not in ("root", "val_fraction", "split", "cache")}
+#: Groups that were a single value: ``data.split=3`` was the fold, ``data.cache=memory`` where volumes were held.
+GROUPS_THAT_WERE_VALUES = {"split": "split.fold", "cache": "cache.where", "augment": "augment.where"}
+
+
+def moved_overrides(argv: list[str]) -> list[str]:
+    """What each override of ``argv`` that names a moved data=adni key should say instead."""
+    hints = []
+    for arg in argv:
+        key, sep, value = arg.lstrip("+~").partition("=")
+        name = key.removeprefix("data.")
+        if not sep or name == key:
+            continue
+        new = MOVED_DATA_KEYS.get(name)
+        if new is None and name in GROUPS_THAT_WERE_VALUES and not value.startswith("{"):
+            new = GROUPS_THAT_WERE_VALUES[name]
+            if name == "augment":
+                value = {"false": "null", "true": "device"}.get(value.lower(), value)
+        if new is not None:
+            hints.append(f"{arg} -> data.{new}={value}")
+    return hints
+
+
 #: ``lightning-hybrid <name> ...`` runs these instead of training.
 SUBCOMMANDS = {"data": data_command, "explain": explain_command, "plan": plan_command}
 
@@ -36,4 +62,8 @@ def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] in SUBCOMMANDS:
         SUBCOMMANDS[sys.argv[1]](sys.argv[2:])
         return
+    hints = moved_overrides(sys.argv[1:])
+    if hints:
+        raise SystemExit("data=adni's settings are grouped now (data.source, data.split, data.view, data.augment, "
+                         "data.cache; docs/configs.md lists them). Instead of\n  " + "\n  ".join(hints))
     _hydra_train()

@@ -45,7 +45,7 @@ from omegaconf import DictConfig, OmegaConf
 #: GPU rank's threads only feed its GPU.
 AUTO_THREADS = {"cpu": 4, "gpu": 2}
 
-#: ``data.num_workers=auto`` (data=adni): 2 workers, or up to 8 when they augment (``augment_on=workers``).
+#: ``data.num_workers=auto`` (data=adni): 2 workers, or up to 8 when they augment (``augment.where=workers``).
 AUTO_LOADER_WORKERS, AUTO_AUGMENTING_LOADER_WORKERS = 2, 8
 
 #: ``strategy.servers=auto`` reserves one core per server for at most this many servers: one below
@@ -131,7 +131,8 @@ def loader_workers(cfg: Any) -> int:
     workers = data.get("num_workers", 0)
     if workers != "auto":
         return int(workers or 0)
-    augmenting = data.get("augment", False) and data.get("augment_on", "device") == "workers"
+    augment = data.get("augment")
+    augmenting = hasattr(augment, "get") and augment.get("where", "device") == "workers"
     return AUTO_AUGMENTING_LOADER_WORKERS if augmenting else AUTO_LOADER_WORKERS
 
 

@@ -1,12 +1,12 @@
 """The end of a sweep (``lightning-hybrid -m ...``): one table, and ``summary.csv``, of every job's test metrics;
-where the sweep runs the folds of a cross-validation (``data.split=0,1,2,3,4`` of ClinicaDL's k-fold, or
-``data.fold=...`` of a CSV's), each fold's row and the mean +- standard deviation over the folds, per
+where the sweep runs the folds of a cross-validation (``data.split.fold=0,1,2,3,4``: of ClinicaDL's k-fold, or
+of the k-fold made here from a CSV with ``data.split.folds=5``), each fold's row and the mean +- standard deviation over the folds, per
 scan and per subject, with each fold's best checkpoint: how the field reports ADNI results.
 
-    lightning-hybrid -m data=adni_caps data.split=0,1,2,3,4 model=resattnet3d_18
+    lightning-hybrid -m data=adni_caps data.split.fold=0,1,2,3,4 model=resattnet3d_18
     ...
-    cross-validation over data.split (5 folds); test set:
-      data.split  scan/bacc  scan/sensitivity  ...  subject/auc  best checkpoint
+    cross-validation over data.split.fold (5 folds); test set:
+      data.split.fold  scan/bacc  scan/sensitivity  ...  subject/auc  best checkpoint
       0               0.820             0.760  ...        0.938  .../0/checkpoints/epoch009.ckpt
       ...
       mean            0.788             0.872  ...        0.926  5 of 5 folds
@@ -33,8 +33,8 @@ from hydra.experimental.callback import Callback
 
 from lightning_hybrid import run_folder
 
-#: Overrides that pick a cross-validation fold: ClinicaDL's split folders and the CSV datamodules' own k-fold.
-FOLD_KEYS = ("data.split", "data.fold")
+#: Overrides that pick a cross-validation fold: of ClinicaDL's split folders or of the k-fold made here from a CSV.
+FOLD_KEYS = ("data.split.fold",)
 #: The test metrics reported, in this order, where the jobs have them (per scan, then per subject).
 METRICS = ("bacc", "sensitivity", "specificity", "auc", "acc", "loss")
 LEVELS = {"scan": "test/", "subject": "test/subject/"}

@@ -7,10 +7,10 @@ import csv
 import hashlib
 import json
 import logging
-import math
 import os
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from lightning_hybrid.data import clinicadl
 from lightning_hybrid.data.base import EpochSeededRandomSampler, InMemoryDataModule
+from lightning_hybrid.data.adni_settings import Augment, Cache, Source, Split, View, settings
 from lightning_hybrid.data.clinicadl import ClinicaDLFormatError, Row
 from lightning_hybrid.data.leakage import Scan, check_leakage
 from lightning_hybrid.data.volume_augment import VolumeAugment
@@ -36,10 +37,6 @@ COLUMNS = {
 }
 #: Optional CSV column of the session (visit): baseline evaluation needs it.
 SESSION_COLUMNS = ("session_id", "session", "viscode", "visit")
-#: Part of the disk cache's keys: raise it when :meth:`ADNIDataModule.preprocessing` changes.
-PREPROCESSING_VERSION = 2
-#: Where preprocessed volumes are held (:class:`ADNIDataModule`'s ``cache``).
-CACHES = ("auto", "device", "memory", "disk", None)
 #: Tasks by name: the diagnoses they compare (ClinicaDL's ``diagnoses``).
 TASKS = {"AD_vs_CN": ("AD", "CN"), "AD_vs_NC": ("AD", "CN"), "pMCI_vs_sMCI": ("pMCI", "sMCI")}
 
@@ -129,36 +126,43 @@ def check_splits(
             continue
         subjects = {label: len({s.subject for s in scans if s.label == index}) for index, label in enumerate(labels)}
         counts = ", ".join(f"{n} {label}" for label, n in subjects.items())
-        asked = f"data.{split}_fraction={fraction}" if fraction is not None else "the cross-validation fold or split file"
+        asked = f"data.split.{split}_fraction={fraction}" if fraction is not None else "the cross-validation fold or split file"
         raise ValueError(
             f"ADNI {' vs '.join(labels)}: the {split} split is empty. The cohort has {len({s.subject for s in scans})} "
             f"subjects ({counts}; {len(scans)} scans) and {asked} gives 0 subjects "
             f"per class (splits are by subject, stratified by class). Use a larger cohort (more subjects per class), "
-            f"raise data.{split}_fraction, or set data.{split}_fraction=0 to go without a {split} set."
+            f"raise data.split.{split}_fraction, or set data.split.{split}_fraction=0 to go without a {split} set."
         )
 
 
 class ADNIDataModule(InMemoryDataModule):
     """Structural MRI of AD vs CN or pMCI vs sMCI, as ClinicaDL's users have it or listed in a CSV.
 
-    **ClinicaDL's outputs** (``caps_directory`` and ``tsv_path``, ClinicaDL's parameter names): the
-    t1-linear image of each session in the CAPS folder (``use_uncropped_image`` for the uncropped
-    one; ClinicaDL's extracted ``.pt`` tensor where ``clinicadl prepare-data`` wrote one). ``tsv_path``
-    is a TSV (``participant_id``, ``session_id``, ``diagnosis``: split here by subject) or one of
-    ClinicaDL's split folders, used as given: a single split (``train.tsv``,
-    ``validation_baseline.tsv``), a k-fold folder (``split-<k>`` folders, ``split`` picks one), or the
-    ``split/`` folder of ``tsvtools split`` holding ``test_baseline.tsv`` and its k-fold (``split=K``
-    reads the k-fold's fold K even where a single split lies beside it; several k-folds are refused as
-    ambiguous); ClinicaDL 1.0-1.1's TSV per diagnosis (``train_splits-5/split-K/AD.tsv``) too. Split
-    TSVs without a diagnosis column (ClinicaDL 2.0's ``make_split``/``make_kfold``) take it from
-    ``labels_tsv``, or from a ``labels.tsv`` up to four folders above, where ClinicaDL's tsvtools look.
-    Rows of diagnoses outside the task (``SMC``, ``MCI`` in AD vs CN) are dropped, counted in the log.
-    ``baseline`` trains on baseline sessions only; validation and test use baseline sessions unless
-    ``valid_longitudinal`` (as ClinicaDL, and as the field reports).
+    Its settings come in groups (:mod:`lightning_hybrid.data.adni_settings`; each a dataclass or a
+    mapping of its fields, a key of ``data`` under Hydra): ``source`` (ClinicaDL's outputs or a CSV),
+    ``split`` (folds, fractions, sessions, the leakage check), ``view`` (the preprocessing), ``augment``
+    and ``cache``; the task and the loader's settings are plain arguments, as for every datamodule here.
 
-    **A CSV** (``csv_path``): a subject, an image path (relative to the CSV's folder or ``root``, or
-    absolute), a diagnosis and optionally a session column; ADNI's usual column names and diagnosis
-    spellings are accepted. Split here by subject (stratified by class, seeded), optionally as a k-fold.
+    **ClinicaDL's outputs** (``source.caps_directory`` and ``source.tsv_path``, ClinicaDL's parameter
+    names): the t1-linear image of each session in the CAPS folder (``use_uncropped_image`` for the
+    uncropped one; ClinicaDL's extracted ``.pt`` tensor where ``clinicadl prepare-data`` wrote one).
+    ``tsv_path`` is a TSV (``participant_id``, ``session_id``, ``diagnosis``: split here by subject) or
+    one of ClinicaDL's split folders, used as given: a single split (``train.tsv``,
+    ``validation_baseline.tsv``), a k-fold folder (``split-<k>`` folders, ``split.fold`` picks one:
+    ClinicaDL's ``split``), or the ``split/`` folder of ``tsvtools split`` holding ``test_baseline.tsv``
+    and its k-fold (``split.fold=K`` reads the k-fold's fold K even where a single split lies beside it;
+    several k-folds are refused as ambiguous); ClinicaDL 1.0-1.1's TSV per diagnosis
+    (``train_splits-5/split-K/AD.tsv``) too. Split TSVs without a diagnosis column (ClinicaDL 2.0's
+    ``make_split``/``make_kfold``) take it from ``source.labels_tsv``, or from a ``labels.tsv`` up to
+    four folders above, where ClinicaDL's tsvtools look. Rows of diagnoses outside the task (``SMC``,
+    ``MCI`` in AD vs CN) are dropped, counted in the log. ``split.baseline`` trains on baseline sessions
+    only; validation and test use baseline sessions unless ``split.valid_longitudinal`` (as ClinicaDL,
+    and as the field reports).
+
+    **A CSV** (``source.csv_path``): a subject, an image path (relative to the CSV's folder or
+    ``source.root``, or absolute), a diagnosis and optionally a session column; ADNI's usual column
+    names and diagnosis spellings are accepted. Split here by subject (stratified by class, seeded),
+    optionally as a k-fold (``split.folds``, ``split.fold`` the test fold).
 
     Labels are ClinicaDL's (``CN``, ``AD``, ``sMCI``, ``pMCI``; ``NC`` and ``Dementia`` are read as
     ``CN`` and ``AD``) and so is the class order (sorted: AD 0, CN 1; pMCI 0, sMCI 1): a checkpoint's
@@ -169,26 +173,27 @@ class ADNIDataModule(InMemoryDataModule):
     subject and ``ses-M00`` is ``ses-M000``; a session listed twice, a subject in two splits and the
     same image under two names (its voxels' hash) each stop the run naming the offenders.
 
-    Preprocessing with MONAI: canonical (RAS) orientation, resampling to ``spacing`` mm, intensity
-    normalization over the non-zero voxels, crop or pad to ``image_shape`` about the centre (the
-    default, 112 x 136 x 120 voxels of 1.5 mm, holds a whole brain: t1-linear's cropped field of view
-    is 169 x 208 x 179 mm), optional downsampling by an integer factor.
+    Preprocessing with MONAI (:class:`~lightning_hybrid.data.adni_settings.View`): canonical (RAS)
+    orientation, resampling to ``view.spacing`` mm, intensity normalization over the non-zero voxels,
+    crop or pad to ``view.image_shape`` about the centre (the default, 112 x 136 x 120 voxels of 1.5 mm,
+    holds a whole brain), optional downsampling by an integer factor.
 
-    Feeding a GPU: the deterministic preprocessing runs once per volume. ``cache="memory"`` holds
-    the preprocessed volumes in memory (built at setup, ``preprocess_threads`` at a time);
-    ``"device"`` moves them once more, to the training device, where batches are gathered without
-    loader workers, pinning or copies (MONAI's fast-training advice: cache on the GPU; it takes
-    ``4 x voxels`` bytes per scan of the device's memory, 7.3 MB at the default view); ``"auto"``
-    (the default) is ``"device"`` on a CUDA device when the three splits take at most a quarter of its
-    free memory and augmentation runs on the device, else ``"memory"``; ``"disk"`` reads them from
-    ``cache_dir`` at every access, ``None`` preprocesses at every access. With ``cache_dir`` set they also persist there between runs (MONAI's
-    ``PersistentDataset``, keyed by the file and the preprocessing settings), as do the volumes'
-    checks and hashes, so a later run, or another process of this one, reads instead of decoding.
-    Training augmentation (random flips, small affine transforms, Gaussian noise) runs on the batch
-    after it reached the training device (``augment_on="device"``:
-    :class:`~lightning_hybrid.data.volume_augment.VolumeAugment`, a few batched tensor operations)
-    or per sample in the DataLoader's workers (``augment_on="workers"``, MONAI's random transforms).
-    Loaders use ``num_workers`` worker processes (``"auto"``: 2 when augmenting on the device, else
+    Feeding a GPU (:class:`~lightning_hybrid.data.adni_settings.Cache`): the deterministic preprocessing
+    runs once per volume. ``cache.where="memory"`` holds the preprocessed volumes in memory (built at setup,
+    ``cache.threads`` at a time); ``"device"`` moves them once more, to the training device, where
+    batches are gathered without loader workers, pinning or copies (MONAI's fast-training advice: cache
+    on the GPU; it takes ``4 x voxels`` bytes per scan of the device's memory, 7.3 MB at the default
+    view); ``"auto"`` (the default) is ``"device"`` on a CUDA device when the three splits take at most a
+    quarter of its free memory and augmentation runs on the device, else ``"memory"``; ``"disk"`` reads
+    them from ``cache.dir`` at every access, ``None`` preprocesses at every access. With ``cache.dir``
+    set they also persist there between runs (MONAI's ``PersistentDataset``, keyed by the file and the
+    view), as do the volumes' checks and hashes, so a later run, or another process of this one, reads
+    instead of decoding. Training augmentation (:class:`~lightning_hybrid.data.adni_settings.Augment`:
+    random flips, small affine transforms, Gaussian noise) runs on the batch after it reached the
+    training device (``augment.where="device"``:
+    :class:`~lightning_hybrid.data.volume_augment.VolumeAugment`, a few batched tensor operations) or
+    per sample in the DataLoader's workers (``augment.where="workers"``, MONAI's random transforms).
+    Loaders use ``num_workers`` worker processes (``"auto"``: 2 unless augmenting in the workers, else
     up to 8 within this process's share of the cores), kept alive between epochs, pinned memory when
     CUDA is present (``pin_memory="auto"``) and ``prefetch_factor`` batches in flight per worker.
 
@@ -197,14 +202,16 @@ class ADNIDataModule(InMemoryDataModule):
     AUC per scan and per subject from them, and ``val/bacc`` picks checkpoints (:attr:`monitor`).
 
     A missing, corrupt, truncated, 2D or 4D image, an unknown diagnosis or a missing column raise
-    an error naming the file or line; with ``on_bad_file="skip"`` bad images are skipped, counted
-    and listed in the log.
+    an error naming the file or line; with ``source.on_bad_file="skip"`` bad images are skipped,
+    counted and listed in the log.
 
     Example::
 
         >>> # lightning-hybrid data make-adni-like cohort --subjects 40
-        >>> dm = ADNIDataModule(caps_directory="cohort/caps", tsv_path="cohort/split", split=0)  # doctest: +SKIP
-        >>> dm = ADNIDataModule("synth/adni.csv", image_shape=(64, 64, 64), batch_size=4)  # doctest: +SKIP
+        >>> dm = ADNIDataModule({"caps_directory": "cohort/caps", "tsv_path": "cohort/split"},
+        ...                     split={"fold": 0})  # doctest: +SKIP
+        >>> dm = ADNIDataModule(Source(csv_path="synth/adni.csv"), view=View(image_shape=(64, 64, 64)),
+        ...                     batch_size=4)  # doctest: +SKIP
     """
 
     drop_last_train = True  # small 3D batches and BatchNorm: never a training batch of one
@@ -213,36 +220,18 @@ class ADNIDataModule(InMemoryDataModule):
 
     def __init__(
         self,
-        csv_path: str | Path | None = None,
-        root: str | Path | None = None,
-        caps_directory: str | Path | None = None,
-        tsv_path: str | Path | None = None,
-        split: int | None = None,
-        baseline: bool = False,
-        valid_longitudinal: bool = False,
-        use_uncropped_image: bool = False,
-        diagnoses: Sequence[str] | None = None,
+        source: Source | Mapping[str, Any],
         task: str = "AD_vs_CN",
-        image_shape: Sequence[int] = (112, 136, 120),
+        diagnoses: Sequence[str] | None = None,
+        split: Split | Mapping[str, Any] | None = None,
+        view: View | Mapping[str, Any] | None = None,
+        augment: Augment | Mapping[str, Any] | None = None,
+        cache: Cache | Mapping[str, Any] | None = None,
         batch_size: int = 6,
         seed: int = 0,
-        on_bad_file: str = "error",
-        val_fraction: float = 0.15,
-        test_fraction: float = 0.15,
-        folds: int | None = None,
-        fold: int = 0,
-        spacing: Sequence[float] = (1.5, 1.5, 1.5),
-        downsample: int = 1,
-        augment: bool = True,
-        augment_on: str = "device",
-        cache: str | None = "auto",
-        cache_dir: str | Path | None = None,
         num_workers: int | str = "auto",
         pin_memory: bool | str = "auto",
         prefetch_factor: int = 4,
-        preprocess_threads: int = 4,
-        skip_leak_check: bool = False,
-        labels_tsv: str | Path | None = None,
     ) -> None:
         super().__init__()
         if diagnoses is None:
@@ -252,49 +241,25 @@ class ADNIDataModule(InMemoryDataModule):
         unknown = [d for d in diagnoses if clinicadl.diagnosis_label(d) not in clinicadl.SEVERITY]
         if unknown or len(set(diagnoses)) < 2:
             raise ValueError(f"diagnoses must be two or more of AD, CN, MCI, sMCI, pMCI; got {list(diagnoses)}")
-        if (csv_path is None) == (caps_directory is None):
-            raise ValueError("give either csv_path (a CSV of images) or caps_directory and tsv_path (ClinicaDL's "
-                             f"outputs); got csv_path={csv_path!r}, caps_directory={caps_directory!r}")
-        if caps_directory is not None:
-            if tsv_path is None:
-                raise ValueError("caps_directory needs tsv_path: a ClinicaDL TSV or split folder (clinicadl tsvtools)")
-            if not (Path(caps_directory) / "subjects").is_dir():
-                raise FileNotFoundError(f"{caps_directory} is not a CAPS folder (no subjects/ in it); "
-                                        "an ADNI-like one: lightning-hybrid data make-adni-like OUT")
-            if not Path(tsv_path).exists():
-                raise FileNotFoundError(f"tsv_path {tsv_path}: no such TSV file or split folder")
-        elif not Path(csv_path).is_file():
-            raise FileNotFoundError(f"ADNI CSV {csv_path} not found (ClinicaDL's outputs: caps_directory and tsv_path; "
-                                    "an ADNI-like cohort: lightning-hybrid data make-adni-like OUT)")
-        if on_bad_file not in ("error", "skip"):
-            raise ValueError(f"on_bad_file must be 'error' or 'skip', got {on_bad_file!r}")
-        if len(image_shape) != 3 or downsample < 1 or any(int(s) % downsample for s in image_shape):
-            raise ValueError(f"image_shape must be 3 sizes divisible by downsample={downsample}, got {list(image_shape)}")
-        if folds is not None and not 0 <= fold < folds:
-            raise ValueError(f"fold must be in [0, {folds}), got {fold}")
-        if cache not in CACHES:
-            raise ValueError(f"cache must be one of {', '.join(map(repr, CACHES))}, got {cache!r}")
-        if cache == "device" and augment and augment_on == "workers":
-            raise ValueError("cache='device' holds the volumes on the training device, where loader workers cannot "
-                             "augment them: set augment_on='device' (or cache='memory')")
-        if cache == "disk" and cache_dir is None:
-            raise ValueError("cache='disk' needs a cache_dir")
-        if augment_on not in ("device", "workers"):
-            raise ValueError(f"augment_on must be 'device' or 'workers', got {augment_on!r}")
+        self.source, self.split = settings(Source, source), settings(Split, split)
+        self.view, self.augment, self.cache = settings(View, view), settings(Augment, augment), settings(Cache, cache)
+        self.source.check_exists()
+        if self.cache.where == "device" and self.augment.where == "workers":
+            raise ValueError("cache.where='device' holds the volumes on the training device, where loader workers cannot "
+                             "augment them: set augment.where=device (or cache.where=memory)")
         if not (num_workers == "auto" or (isinstance(num_workers, int) and num_workers >= 0)):
             raise ValueError(f"num_workers must be 'auto' or a non-negative integer, got {num_workers!r}")
         # plain values only: the hyperparameters go into checkpoints read with weights_only=True
-        image_shape, spacing = [int(s) for s in image_shape], [float(s) for s in spacing]
-        diagnoses = sorted({clinicadl.diagnosis_label(d) for d in diagnoses})
-        csv_path, root = None if csv_path is None else str(csv_path), None if root is None else str(root)
-        caps_directory = None if caps_directory is None else str(caps_directory)
-        tsv_path = None if tsv_path is None else str(tsv_path)
-        labels_tsv = None if labels_tsv is None else str(labels_tsv)
-        cache_dir = None if cache_dir is None else str(cache_dir)
-        self.save_hyperparameters(logger=False)
-        self.hparams["diagnoses"] = diagnoses  # a subclass's own arguments would win over the local above
+        groups = {"source": self.source, "split": self.split, "view": self.view, "augment": self.augment,
+                  "cache": self.cache}
+        self.save_hyperparameters(
+            {"task": task, "diagnoses": sorted({clinicadl.diagnosis_label(d) for d in diagnoses}),
+             **{name: asdict(group) for name, group in groups.items()}, "batch_size": batch_size, "seed": seed,
+             "num_workers": num_workers, "pin_memory": pin_memory, "prefetch_factor": prefetch_factor},
+            logger=False,
+        )
         self.skipped: list[str] = []
-        self._labels = clinicadl.read_labels(Path(labels_tsv)) if labels_tsv else None
+        self._labels = clinicadl.read_labels(Path(self.source.labels_tsv)) if self.source.labels_tsv else None
         self.subject_codes: dict[str, int] = {}
         self._device_augment: VolumeAugment | None = None
         self._on_device: dict[int, Dataset] = {}  # id(split dataset) -> its copy on the training device
@@ -317,14 +282,15 @@ class ADNIDataModule(InMemoryDataModule):
     # ------------------------------------------------------------------ reading
     def _rows(self) -> dict[str, list[tuple[Row, Path | None]]] | list[tuple[Row, Path | None]]:
         """The cohort's rows with their images: one list to split here, or ClinicaDL's given splits."""
-        hp = self.hparams
-        skipped = self.skipped if hp.on_bad_file == "skip" else None
-        if hp.csv_path is not None:
-            return read_csv_rows(Path(hp.csv_path), Path(hp.root) if hp.root else None, skipped)
-        tsv_path = Path(hp.tsv_path)
+        source = self.source
+        skipped = self.skipped if source.on_bad_file == "skip" else None
+        if source.csv_path is not None:
+            return read_csv_rows(Path(source.csv_path), Path(source.root) if source.root else None, skipped)
+        tsv_path = Path(source.tsv_path)
         if tsv_path.is_file():
             return [(row, None) for row in self._read_tsvs([tsv_path], skipped)]
-        files = clinicadl.split_files(tsv_path, hp.split, hp.baseline, hp.valid_longitudinal, self.labels)
+        files = clinicadl.split_files(tsv_path, self.split.fold, self.split.baseline, self.split.valid_longitudinal,
+                                     self.labels)
         log.info("ClinicaDL split (%s): train %s, validation %s, test %s", files.layout, *(
             ", ".join(map(str, paths)) or "none" for paths in (files.train, files.validation, files.test)))
         given = {"train": files.train, "val": files.validation, "test": files.test}
@@ -348,11 +314,11 @@ class ADNIDataModule(InMemoryDataModule):
         return rows
 
     def _scan(self, row: Row, image: Path | None) -> Scan:
-        hp = self.hparams
         source = f"{row.source.name}, line {row.line}"
         if image is None:
             try:
-                image = clinicadl.t1_linear_image(Path(hp.caps_directory), row.participant, row.session, not hp.use_uncropped_image)
+                image = clinicadl.t1_linear_image(Path(self.source.caps_directory), row.participant, row.session,
+                                                   not self.source.use_uncropped_image)
             except ClinicaDLFormatError as err:
                 raise ClinicaDLFormatError(f"{err} (listed in {row.source}, line {row.line})") from None
         session = clinicadl.session_id(row.session) if row.session else ""
@@ -368,7 +334,7 @@ class ADNIDataModule(InMemoryDataModule):
             try:
                 scans.append(self._scan(row, image))
             except (BadItemError, ClinicaDLFormatError) as err:
-                if self.hparams.on_bad_file == "error":
+                if self.source.on_bad_file == "error":
                     raise
                 self.skipped.append(str(err))
         if excluded:
@@ -378,8 +344,7 @@ class ADNIDataModule(InMemoryDataModule):
 
     def _inspected(self, scans: list[Scan]) -> tuple[list[Scan], dict[Path, str]]:
         """``scans`` whose image reads as a 3D volume (decoded once, checked, hashed; kept in ``cache_dir``)."""
-        hp = self.hparams
-        cache = InspectionCache(hp.cache_dir)
+        cache = InspectionCache(self.cache.dir)
         good, hashes = [], {}
 
         def inspect(scan: Scan) -> Any:
@@ -388,9 +353,9 @@ class ADNIDataModule(InMemoryDataModule):
             except BadItemError as err:
                 return err
 
-        for scan, result in zip(scans, in_threads(inspect, scans, hp.preprocess_threads, "ADNI volumes checked")):
+        for scan, result in zip(scans, in_threads(inspect, scans, self.cache.threads, "ADNI volumes checked")):
             if isinstance(result, BadItemError):
-                if hp.on_bad_file == "error":
+                if self.source.on_bad_file == "error":
                     raise BadItemError(f"{result} (listed in {scan.source})") from result
                 self.skipped.append(str(result))
             else:
@@ -412,7 +377,7 @@ class ADNIDataModule(InMemoryDataModule):
 
     def read_splits(self) -> dict[str, list[Scan]]:
         """The train, validation and test scans, checked (bad images, leakage, empty splits) and logged."""
-        hp = self.hparams
+        split, source = self.split, self.source
         self.skipped = []
         rows = self._rows()
         given = isinstance(rows, dict)
@@ -423,20 +388,21 @@ class ADNIDataModule(InMemoryDataModule):
         if self.skipped:
             log.warning("skipped %d bad item(s) (on_bad_file='skip'):\n  %s", len(self.skipped), "\n  ".join(self.skipped))
         if not everything:
-            raise ValueError(f"{hp.tsv_path or hp.csv_path}: no usable scans of {' vs '.join(self.labels)}")
+            raise ValueError(f"{source.tsv_path or source.csv_path}: no usable scans of {' vs '.join(self.labels)}")
         if given:
             splits = listed
             fractions = {"val": None, "test": None if splits["test"] else 0}
         else:
-            train, val, test = split_subjects(listed["all"], hp.val_fraction, hp.test_fraction, hp.seed, hp.folds, hp.fold)
+            train, val, test = split_subjects(listed["all"], split.val_fraction, split.test_fraction, self.hparams.seed,
+                                              split.folds, split.fold or 0)
             splits = {"train": train, "val": val, "test": test}
-            fractions = {"val": hp.val_fraction, "test": None if hp.folds else hp.test_fraction}
-        if hp.baseline:
+            fractions = {"val": split.val_fraction, "test": None if split.folds else split.test_fraction}
+        if split.baseline:
             splits["train"] = self.baseline_of(splits["train"])
-        if not hp.valid_longitudinal:
+        if not split.valid_longitudinal:
             splits["val"], splits["test"] = self.baseline_of(splits["val"]), self.baseline_of(splits["test"])
-        if hp.skip_leak_check:
-            log.warning("skip_leak_check=true: the splits are not checked for shared subjects, sessions or images")
+        if split.skip_leak_check:
+            log.warning("split.skip_leak_check=true: the splits are not checked for shared subjects, sessions or images")
         else:
             check_leakage(splits, hashes)
         check_splits(splits, everything, fractions, self.labels)
@@ -445,85 +411,55 @@ class ADNIDataModule(InMemoryDataModule):
             "ADNI %s: %s scans (train/val/test) of %s subjects%s%s",
             " vs ".join(self.labels), "/".join(str(len(splits[k])) for k in ("train", "val", "test")),
             "/".join(str(len({s.subject for s in splits[k]})) for k in ("train", "val", "test")),
-            "; evaluated on baseline sessions" if not hp.valid_longitudinal else "",
+            "; evaluated on baseline sessions" if not split.valid_longitudinal else "",
             f"; {len(self.skipped)} bad item(s) skipped" if self.skipped else "",
         )
         return splits
 
     # ------------------------------------------------------------------ preprocessing and loaders
     def preprocessing(self, keep_meta: bool = False) -> Any:
-        """The deterministic preprocessing of a ``{"image": path}`` item (MONAI dictionary transforms)."""
-        from monai import transforms as T
-
-        from lightning_hybrid.data.volume_files import LoadVolumed
-
-        hp = self.hparams
-        steps = [
-            LoadVolumed(keys="image"),
-            T.Orientationd(keys="image", axcodes="RAS", labels=(("L", "R"), ("P", "A"), ("I", "S"))),
-            T.Spacingd(keys="image", pixdim=hp.spacing, mode="bilinear"),
-            T.NormalizeIntensityd(keys="image", nonzero=True, channel_wise=True),
-            T.ResizeWithPadOrCropd(keys="image", spatial_size=hp.image_shape),
-        ]
-        if hp.downsample > 1:
-            steps.append(T.Resized(keys="image", spatial_size=[s // hp.downsample for s in hp.image_shape]))
-        steps.append(T.EnsureTyped(keys="image", track_meta=keep_meta))
-        return T.Compose(steps)
-
-    def _worker_augmentation(self) -> Any:
-        from monai import transforms as T
-
-        return T.Compose([
-            T.RandFlipd(keys="image", prob=0.5, spatial_axis=0),
-            T.RandAffined(keys="image", prob=0.5, rotate_range=(0.05, 0.05, 0.05), scale_range=(0.05, 0.05, 0.05)),
-            T.RandGaussianNoised(keys="image", prob=0.2, std=0.05),
-        ])
+        """The deterministic preprocessing of a ``{"image": path}`` item (:meth:`View.transform <lightning_hybrid.data.adni_settings.View.transform>`)."""
+        return self.view.transform(keep_meta)
 
     def _preprocessed(self, scans: Sequence[Scan], split: str) -> Sequence[Any] | Dataset:
-        """The split's items after the deterministic preprocessing, held as ``cache`` says."""
+        """The split's items after the deterministic preprocessing, held as :attr:`cache` says."""
         from monai.data import Dataset as MonaiDataset, PersistentDataset
 
-        hp = self.hparams
         data = [{"image": str(s.path), "label": s.label} for s in scans]
-        if hp.cache_dir is not None:  # keyed by the item and the preprocessing settings
-            settings = json.dumps([PREPROCESSING_VERSION, hp.spacing, hp.image_shape, hp.downsample]).encode()
-            dataset = PersistentDataset(data, self.preprocessing(), cache_dir=hp.cache_dir,
-                                        hash_transform=lambda _: hashlib.md5(settings).hexdigest().encode())
+        if self.cache.dir is not None:  # keyed by the item and the preprocessing settings
+            key = hashlib.md5(json.dumps(self.view.key()).encode()).hexdigest().encode()
+            dataset = PersistentDataset(data, self.preprocessing(), cache_dir=self.cache.dir, hash_transform=lambda _: key)
         else:
             dataset = MonaiDataset(data, self.preprocessing())
-        if hp.cache in ("memory", "device", "auto"):
-            return in_threads(dataset.__getitem__, range(len(dataset)), hp.preprocess_threads, f"ADNI {split} preprocessed")
+        if self.cache.where in ("memory", "device", "auto"):
+            return in_threads(dataset.__getitem__, range(len(dataset)), self.cache.threads, f"ADNI {split} preprocessed")
         return dataset
 
     def _dataset(self, scans: Sequence[Scan], split: str) -> Dataset:
-        hp = self.hparams
-        in_workers = split == "train" and hp.augment and hp.augment_on == "workers"
+        in_workers = split == "train" and self.augment.where == "workers"
         keys = None if split == "train" else [(i, self.subject_codes[s.subject]) for i, s in enumerate(scans)]
-        return Volumes(self._preprocessed(scans, split), self._worker_augmentation() if in_workers else None, keys)
+        return Volumes(self._preprocessed(scans, split), self.augment.per_sample() if in_workers else None, keys)
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        """Training batches on the device: the random augmentation (``augment_on="device"``)."""
-        hp = self.hparams
-        if not (hp.augment and hp.augment_on == "device" and self.trainer is not None and self.trainer.training):
+        """Training batches on the device: the random augmentation (``augment.where="device"``)."""
+        if not (self.augment.where == "device" and self.trainer is not None and self.trainer.training):
             return batch
         if self._device_augment is None:  # each rank its own draws
-            self._device_augment = VolumeAugment(seed=hp.seed + 7919 * self.trainer.global_rank)
+            self._device_augment = self.augment.batched(seed=self.hparams.seed + 7919 * self.trainer.global_rank)
         images, labels = batch
         return self._device_augment(images), labels
 
     @property
     def device_cache(self) -> torch.device | None:
-        """Where ``cache="device"`` (or ``"auto"`` resolved to it) holds the volumes, else None."""
-        hp = self.hparams
-        if hp.cache not in ("device", "auto") or self.trainer is None or self.train_set is None:
+        """Where ``cache.where="device"`` (or ``"auto"`` resolved to it) holds the volumes, else None."""
+        if self.cache.where not in ("device", "auto") or self.trainer is None or self.train_set is None:
             return None
         device = self.trainer.strategy.root_device
-        if hp.cache == "device":
+        if self.cache.where == "device":
             return device
-        if device.type != "cuda" or (hp.augment and hp.augment_on == "workers"):
+        if device.type != "cuda" or self.augment.where == "workers":
             return None
-        voxels = math.prod(size // hp.downsample for size in hp.image_shape)
-        needed = sum(len(split) for split in (self.train_set, self.val_set, self.test_set)) * 4 * voxels
+        needed = sum(len(split) for split in (self.train_set, self.val_set, self.test_set)) * 4 * self.view.voxels
         free, _ = torch.cuda.mem_get_info(device)
         return device if needed <= free / 4 else None
 
@@ -546,7 +482,7 @@ class ADNIDataModule(InMemoryDataModule):
         hp = self.hparams
         if hp.num_workers != "auto":
             return int(hp.num_workers)
-        if hp.augment and hp.augment_on == "workers":
+        if self.augment.where == "workers":
             processes = self.trainer.num_devices if self.trainer is not None else 1
             return max(1, min(8, (os.cpu_count() or 1) // max(processes, 1) - 1))
         return 2
@@ -563,14 +499,16 @@ class SyntheticADNIDataModule(ADNIDataModule):
 
     def __init__(
         self, root: str | Path, subjects: int = 40, volume_shape: Sequence[int] = (64, 76, 64), synth_seed: int = 0,
-        csv_path: None = None, **kwargs: Any,
+        source: None = None, **kwargs: Any,
     ) -> None:
         from lightning_hybrid.data.adni_phantoms import write_synthetic_adni
 
-        if csv_path is not None:
-            raise ValueError("SyntheticADNIDataModule writes and reads root/adni.csv; set root, not csv_path")
-        csv_path = str(Path(root) / "adni.csv")
-        if not Path(csv_path).is_file():
+        if source is not None:
+            raise ValueError("SyntheticADNIDataModule writes and reads root/adni.csv; set root, not source")
+        csv_path = Path(root) / "adni.csv"
+        if not csv_path.is_file():
             log.warning("writing %d SYNTHETIC subjects to %s (not ADNI data)", subjects, root)
             write_synthetic_adni(root, subjects=subjects, shape=tuple(volume_shape), seed=synth_seed)
-        super().__init__(csv_path, root=None, **kwargs)
+        super().__init__(Source(csv_path=csv_path), **kwargs)
+        self.save_hyperparameters({"root": str(root), "subjects": subjects, "volume_shape": [int(s) for s in volume_shape],
+                                   "synth_seed": synth_seed}, logger=False)

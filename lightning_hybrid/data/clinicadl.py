@@ -192,8 +192,8 @@ def read_tsv(path: Path, skipped: list[str] | None = None, labels: Mapping[tuple
             raise NoDiagnosisError(
                 f"{path}: no 'diagnosis' column (columns here: {header}). ClinicaDL 2.0's make_split and make_kfold write "
                 "only participant_id, session_id and the stratification columns: give the labels TSV the split was made "
-                "from as labels_tsv=PATH (data.labels_tsv=PATH), or put labels.tsv in a folder above the split, where "
-                "clinicadl tsvtools looks for it"
+                "from as data.source.labels_tsv=PATH (source={'labels_tsv': PATH} in Python), or put labels.tsv in a "
+                "folder above the split, where clinicadl tsvtools looks for it"
             )
         rows = []
         for line, record in enumerate(reader, start=2):
@@ -278,7 +278,7 @@ def _fold_numbers(folder: Path) -> list[int]:
 def _pick_fold(folder: Path, split: int | None) -> Path:
     available = _fold_numbers(folder)
     if split is None:
-        raise ClinicaDLFormatError(f"{folder} holds the folds {available} of a k-fold; choose one with split=K (data.split=K)")
+        raise ClinicaDLFormatError(f"{folder} holds the folds {available} of a k-fold; choose one with split.fold=K (data.split.fold=K)")
     if split not in available:
         raise ClinicaDLFormatError(f"{folder}: no split-{split} (folds: {available})")
     return folder / f"split-{split}"
@@ -304,8 +304,8 @@ def _split_folder(tsv_path: Path, split: int | None) -> tuple[Path, Path, str]:
         return folder, tsv_path, "k-fold" + (" (the single split beside it not used)" if single else "")
     if split not in (None, 0):
         raise ClinicaDLFormatError(
-            f"split={split} asks for fold {split} of a k-fold, but {tsv_path} is a single split (no split-<k> or "
-            "<n>_fold folders in it): leave split unset (data.split=null), or point tsv_path at the k-fold folder of "
+            f"split.fold={split} asks for fold {split} of a k-fold, but {tsv_path} is a single split (no split-<k> or "
+            "<n>_fold folders in it): leave split.fold unset (data.split.fold=null), or point tsv_path at the k-fold folder of "
             "clinicadl tsvtools kfold"
         )
     return tsv_path, tsv_path, "single split"
@@ -375,7 +375,7 @@ def _per_diagnosis_files(tsv_path: Path, split: int | None, baseline: bool, vali
         layout = "ClinicaDL 1.x k-fold, a TSV per diagnosis"
     else:
         if split not in (None, 0):
-            raise ClinicaDLFormatError(f"split={split} asks for a fold, but {tsv_path} holds a single split (train/, "
+            raise ClinicaDLFormatError(f"split.fold={split} asks for a fold, but {tsv_path} holds a single split (train/, "
                                        "validation/) and no train_splits-<n> folder of clinicadl tsvtool kfold")
         train_folder, validation_folder = tsv_path / "train", tsv_path / "validation"
         layout = "ClinicaDL 1.x single split, a TSV per diagnosis"

@@ -12,7 +12,7 @@ Hydra's command line around :func:`lightning_hybrid.lightning.cli.app.train`; wh
 installed, the ``lightning`` flavour's). One module per job: ``app`` (the training app), ``data``
 (``lightning-hybrid data ...``), ``plan`` (``lightning-hybrid plan``), ``relaunch`` (child ranks under
 Hydra sweeps), ``slurm`` (``hydra/launcher=slurm``: what a job asks SLURM for, submitit tasks as
-ranks); ``explain`` is :mod:`lightning_hybrid.explain`. ``python -m lightning_hybrid.lightning.cli``
+ranks); ``explain`` is :mod:`lightning_hybrid.lightning.explain`. ``python -m lightning_hybrid.lightning.cli``
 runs :func:`main` too.
 """
 

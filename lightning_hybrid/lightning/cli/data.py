@@ -107,8 +107,8 @@ def data_command(argv: list[str]) -> None:
             out = write_cohort(args.out, settings, args.templates or MRICRON_TEMPLATES, workers=args.workers)
         except (TemplateNotFoundError, ValueError) as err:
             raise SystemExit(str(err)) from None
-        log.info("CAPS: %s/caps; TSVs: %s/labels.tsv and %s/split (train with data=adni_caps data.caps_directory=%s/caps "
-                 "data.tsv_path=%s/split data.split=0)", out, out, out, out, out)
+        log.info("CAPS: %s/caps; TSVs: %s/labels.tsv and %s/split (train with data=adni_caps data.source.caps_directory=%s/caps "
+                 "data.source.tsv_path=%s/split data.split.fold=0)", out, out, out, out, out)
         return
     csv_path = write_synthetic_adni(args.out, subjects=args.subjects, shape=tuple(args.shape), seed=args.seed)
     log.info("CSV: %s", csv_path)

@@ -1,0 +1,85 @@
+"""ADNIDataModule's settings in groups (lightning_hybrid.data.adni_settings): each checks its values naming the
+key a user types, is made from a Hydra group, and an older run's flat config reads as the grouped one."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+import pytest
+from omegaconf import OmegaConf
+
+from lightning_hybrid.data.adni_settings import Augment, Cache, Source, Split, View, regroup, settings
+
+# data=adni_caps as its config was before the grouping (resolved values of a run's .hydra/config.yaml)
+FLAT_ADNI_CAPS = {
+    "_target_": "lightning_hybrid.data.ADNIDataModule", "csv_path": None, "root": None, "task": "pMCI_vs_sMCI",
+    "diagnoses": None, "image_shape": [80, 104, 88], "batch_size": 6, "seed": 1, "on_bad_file": "error",
+    "val_fraction": 0.15, "test_fraction": 0.15, "folds": None, "fold": 0, "spacing": [2.0, 2.0, 2.0], "downsample": 1,
+    "augment": True, "augment_on": "device", "cache": "auto", "cache_dir": "data/cache/adni_like", "num_workers": "auto",
+    "pin_memory": "auto", "prefetch_factor": 4, "preprocess_threads": 4, "skip_leak_check": False,
+    "caps_directory": "data/adni_like/caps", "tsv_path": "data/adni_like/split", "split": 3, "labels_tsv": None,
+    "baseline": False, "valid_longitudinal": True, "use_uncropped_image": False,
+}
+
+
+def test_each_group_checks_its_values_naming_the_key_to_set():
+    assert View(image_shape=[64, 64, 64], spacing=2).spacing == (2.0, 2.0, 2.0)
+    assert View(image_shape=(64, 64, 64), downsample=2).shape == (32, 32, 32)
+    with pytest.raises(ValueError, match=r"view.image_shape must be 3 sizes divisible by view.downsample=3"):
+        View(image_shape=(64, 64, 64), downsample=3)
+    with pytest.raises(ValueError, match="give either source.csv_path .* or source.caps_directory"):
+        Source()
+    with pytest.raises(ValueError, match="source.caps_directory needs source.tsv_path"):
+        Source(caps_directory="caps")
+    with pytest.raises(ValueError, match=r"split.fold must be in \[0, 5\)"):
+        Split(fold=5, folds=5)
+    with pytest.raises(ValueError, match="cache.where=disk needs a cache.dir"):
+        Cache(where="disk")
+    with pytest.raises(ValueError, match="augment.where must be one of"):
+        Augment(where="gpu")
+    assert Augment(where=False).where is None and Augment(where=True).where == "device"
+
+
+def test_a_group_is_made_from_a_mapping_and_unknown_keys_are_refused_naming_the_known():
+    hydra_group = OmegaConf.create({"image_shape": [32, 32, 32], "spacing": [3, 3, 3]})
+    assert settings(View, hydra_group) == View(image_shape=(32, 32, 32), spacing=(3.0, 3.0, 3.0))
+    assert settings(View, None) == View() and settings(View, View(downsample=2)).downsample == 2
+    with pytest.raises(TypeError, match="view has no 'spacings'; its settings are image_shape, spacing, downsample"):
+        settings(View, {"spacings": 2})
+
+
+def test_both_augmentation_paths_draw_from_the_groups_probabilities():
+    augment = Augment(flip_prob=1.0, affine_prob=0.0, noise_prob=0.0)
+    assert augment.batched(seed=0).flip_prob == 1.0 and augment.batched(seed=0).affine_prob == 0.0
+    assert [transform.prob for transform in augment.per_sample().transforms] == [1.0, 0.0, 0.0]
+
+
+def test_an_older_runs_flat_config_reads_as_the_grouped_one():
+    grouped = regroup(FLAT_ADNI_CAPS)
+    assert settings(Source, grouped["source"]) == Source(caps_directory="data/adni_like/caps",
+                                                       tsv_path="data/adni_like/split")
+    assert settings(Split, grouped["split"]) == Split(fold=3, valid_longitudinal=True)  # ClinicaDL's split, not fold
+    assert settings(View, grouped["view"]) == View(image_shape=(80, 104, 88), spacing=(2.0, 2.0, 2.0))
+    assert settings(Augment, grouped["augment"]) == Augment(where="device")
+    assert asdict(settings(Cache, grouped["cache"])) == {"where": "auto", "dir": "data/cache/adni_like", "threads": 4}
+    assert {k: grouped[k] for k in ("task", "batch_size", "num_workers")} == {
+        "task": "pMCI_vs_sMCI", "batch_size": 6, "num_workers": "auto"}
+    csv = regroup({**FLAT_ADNI_CAPS, "caps_directory": None, "tsv_path": None, "csv_path": "a.csv", "folds": 5,
+                   "fold": 2, "augment": False})
+    assert csv["source"] == {"csv_path": "a.csv", "root": None, "on_bad_file": "error", "use_uncropped_image": False}
+    assert csv["split"]["fold"] == 2 and csv["split"]["folds"] == 5 and csv["augment"] == {"where": None}
+    synthetic = regroup({"_target_": "lightning_hybrid.data.SyntheticADNIDataModule", "csv_path": None,
+                         "root": "data/adni_synthetic", "subjects": 40, "image_shape": [64, 64, 64]})
+    assert synthetic["root"] == "data/adni_synthetic" and "source" not in synthetic  # its own folder, not the CSV's
+    assert regroup(grouped) == grouped  # grouped already: kept
+
+
+def test_explain_reads_a_run_folder_written_before_the_grouping(tmp_path):
+    from lightning_hybrid.explain import run_config
+
+    (tmp_path / ".hydra").mkdir()
+    OmegaConf.save({"paths": {"root_dir": ".", "output_dir": "."}, "data": FLAT_ADNI_CAPS}, tmp_path / ".hydra" / "config.yaml")
+    data = run_config(tmp_path).data
+    assert data.source.caps_directory == "data/adni_like/caps" and data.split.fold == 3
+    assert list(data.view.image_shape) == [80, 104, 88] and data.cache.where is None and data.cache.dir is None
+    assert "image_shape" not in data and "caps_directory" not in data
