@@ -98,7 +98,7 @@ class Source:
             if not (Path(self.caps_directory) / "subjects").is_dir():
                 raise FileNotFoundError(f"{self.caps_directory} is not a CAPS folder (no subjects/ in it); {made}")
             if not Path(self.tsv_path).exists():
-                raise FileNotFoundError(f"tsv_path {self.tsv_path}: no such TSV file or split folder")
+                raise FileNotFoundError(f"source.tsv_path {self.tsv_path}: no such TSV file or split folder")
         elif not Path(self.csv_path).is_file():
             raise FileNotFoundError(f"ADNI CSV {self.csv_path} not found (ClinicaDL's outputs: source.caps_directory "
                                     f"and source.tsv_path; {made})")
