@@ -181,3 +181,23 @@ def test_a_stage_only_model_is_gathered_on_one_rank_tensor_by_tensor(tmp_path):
     assert sorted(second["optimizer"]["state"]) == [2, 3], "rank 1 keeps its own"
     assert first["own"] == ["0.bias", "0.weight"] and second["own"] == sorted(["1.weight", "1.bias", "1.running_mean",
                                                                                 "1.running_var", "1.num_batches_tracked"])
+
+
+def test_micro_batches_of_one_sample_that_batchnorm_refuses_say_how_to_split_instead(tmp_path):
+    """A batch of 4 in 4 micro-batches gives BatchNorm one value per channel: the error names the fix (torch's
+    own message says only that it expected more); in 2 micro-batches the same batch trains."""
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'init'}", rank=0, world_size=1)
+    try:
+        blocks = [("flatten", torch.nn.Flatten()), ("linear", torch.nn.Linear(4, 3)), ("norm", torch.nn.BatchNorm1d(3))]
+        mesh = Mesh(stages=1, replicas=1)
+        groups = mesh.groups(0)
+        pipeline = PipelineParallel(blocks, [(0, 3)], mesh, 0, groups.pipeline, torch.device("cpu"),
+                                    message_group=groups.messages)
+        x, y = torch.randn(4, 1, 2, 2), torch.randint(0, 3, (4,))
+        with pytest.raises(ValueError, match=r"a batch of 4 split into 4 micro-batches of 1 sample each .*"
+                                             r"\(strategy.micro_batches=2\) or raise the batch size \(data.batch_size=8\)"):
+            pipeline.train_step(x, y, F.cross_entropy, schedule="GPipe", micro_batches=4)
+        loss, _ = pipeline.train_step(x, y, F.cross_entropy, schedule="GPipe", micro_batches=2)
+        assert torch.isfinite(loss)
+    finally:
+        dist.destroy_process_group()

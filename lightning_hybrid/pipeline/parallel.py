@@ -78,9 +78,18 @@ class PipelineParallel:
         and the whole batch's output, on every rank of the pipeline."""
         m = micro_batch_count(len(inputs), micro_batches)
         actions = SCHEDULES[schedule](self.stage_index, self.mesh.stages, m)
-        losses, outputs = self.executor.train(
-            actions, self._split(inputs, m), self._split(target, m), loss_fn, loss_scale / m,
-        )
+        try:
+            losses, outputs = self.executor.train(
+                actions, self._split(inputs, m), self._split(target, m), loss_fn, loss_scale / m,
+            )
+        except ValueError as err:  # BatchNorm's, on a micro-batch of one sample whose feature map is one voxel
+            if "more than 1 value per channel" not in str(err) or len(inputs) // m > 1:
+                raise
+            raise ValueError(
+                f"{err}: a batch of {len(inputs)} split into {m} micro-batches of 1 sample each reaches a BatchNorm "
+                f"whose feature map is a single value per channel here. Split the batch into fewer micro-batches "
+                f"(strategy.micro_batches={max(m // 2, 1)}) or raise the batch size (data.batch_size={2 * len(inputs)})"
+            ) from err
         packed = None
         if self.is_last:
             loss = torch.stack(losses).mean()
