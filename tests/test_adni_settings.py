@@ -3,11 +3,13 @@ key a user types, is made from a Hydra group, and an older run's flat config rea
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import asdict
 
 import pytest
 from omegaconf import OmegaConf
 
+from lightning_hybrid.data import ADNIDataModule
 from lightning_hybrid.data.adni_settings import Augment, Cache, Source, Split, View, regroup, settings
 
 # data=adni_caps as its config was before the grouping (resolved values of a run's .hydra/config.yaml)
@@ -64,6 +66,8 @@ def test_an_older_runs_flat_config_reads_as_the_grouped_one():
     assert asdict(settings(Cache, grouped["cache"])) == {"where": "auto", "dir": "data/cache/adni_like", "threads": 4}
     assert {k: grouped[k] for k in ("task", "batch_size", "num_workers")} == {
         "task": "pMCI_vs_sMCI", "batch_size": 6, "num_workers": "auto"}
+    arguments = set(inspect.signature(ADNIDataModule.__init__).parameters)
+    assert set(grouped) - {"_target_"} <= arguments, set(grouped) - arguments  # instantiable: nothing left over
     csv = regroup({**FLAT_ADNI_CAPS, "caps_directory": None, "tsv_path": None, "csv_path": "a.csv", "folds": 5,
                    "fold": 2, "augment": False})
     assert csv["source"] == {"csv_path": "a.csv", "root": None, "on_bad_file": "error", "use_uncropped_image": False}

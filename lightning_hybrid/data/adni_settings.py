@@ -304,10 +304,13 @@ def regroup(flat: Mapping[str, Any]) -> dict[str, Any]:
         ("_path", "_directory", "_tsv"))}
     skip |= {"fold"} if not flat.get("folds") else set()
     skip |= {"split"} if flat.get("caps_directory") is None else set()
-    own_root = flat.get("csv_path") is None  # the synthetic datamodule's folder
+    own_root = flat.get("csv_path") is None  # then ``root`` is no CSV's: the synthetic datamodule's folder, or unset
     grouped: dict[str, Any] = {}
     for name, value in flat.items():
-        if isinstance(value, Mapping) or name not in FLAT_NAMES or (name == "root" and own_root):
+        if name == "root" and own_root:
+            if value is not None:
+                grouped[name] = value
+        elif isinstance(value, Mapping) or name not in FLAT_NAMES:
             grouped[name] = value
         elif name not in skip:
             group, field = FLAT_NAMES[name].split(".")
