@@ -27,25 +27,37 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from lightning_hybrid.comm.collectives import Pending, all_reduce_, start_all_reduce
+from lightning_hybrid.comm.collectives import Pending, start_all_reduce
 from lightning_hybrid.comm.flat import flatten, gradients, slices
+from lightning_hybrid.comm.stop_signal import WIDTH, decode, encode
 
 COMPENSATIONS = (None, "dc")
 
 
 @dataclass
-class _InFlight:
-    buckets: list[torch.Tensor]  # flat gradient buckets being all-reduced (summed in place)
-    works: list[Pending | Future]
+class InFlight:
+    """One exchange: this rank's values (gradients, or updates) being averaged with the other ranks'."""
+
+    buckets: list[torch.Tensor]  # flat buckets being all-reduced (summed in place); the first ends with the stop flags
+    works: list[Pending]
     weights: torch.Tensor | None  # the flat weights the gradient was computed at (for compensation)
     lrs: list[float] | None  # each parameter group's learning rate when the gradient was computed
+    local: torch.Tensor | None = None  # this rank's own values, flat (``keep_local``)
+    tag: Any = None  # the caller's, e.g. the step that pushed it
     averaged: bool = False  # the all-reduce is complete and the buckets hold the average
+    stop: int = 0  # the largest stop signal a rank's request carried in this exchange (once averaged)
+
+    @property
+    def average(self) -> torch.Tensor:
+        """The average over the ranks, flat (once completed)."""
+        assert self.averaged, "wait for the exchange first"
+        return self.buckets[0] if len(self.buckets) == 1 else torch.cat(self.buckets)
 
 
 def learning_rates(optimizer: torch.optim.Optimizer) -> list[float]:
@@ -98,21 +110,24 @@ def make_buckets(params: Sequence[torch.Tensor], bucket_size_mb: float) -> list[
 
 
 class DelayedAllReduce:
-    """Averages gradients across a process group asynchronously; hands each back ``delay`` pushes later.
+    """Averages values (by default the gradients) across a process group in the background; hands each
+    average back ``delay`` pushes later.
 
     Args:
-        params: the parameters whose ``.grad`` is exchanged (in a fixed order on every rank).
+        params: the parameters whose ``.grad`` (or the values given to :meth:`push`) is exchanged, in
+            a fixed order on every rank.
         delay: how many later pushes an average waits for before it is handed back; 0 is a
             synchronous all-reduce (DDP's result).
-        bucket_size_mb: gradients are flattened into buckets of about this size, one collective each.
-        group: the process group (default: the world).
+        bucket_size_mb: values are flattened into buckets of about this size, one collective each.
+        group: the process group (default: the world). Use a group of its own: its collectives run in
+            the background while Lightning's run on the main thread.
         compensation: ``None`` or ``"dc"`` (delay compensation, see the module docstring).
         dc_lambda: DC-ASGD's lambda.
-        latency_s: simulated network latency added to every collective (heterogeneity simulation):
-            the collectives are then issued, in order, by one background thread that sleeps this
-            long before each, so the latency overlaps with computation as a real one would.
-            Use a process group of its own (``group``) then: Lightning's collectives on the main
-            thread must not interleave with these.
+
+    Each push also carries this rank's stop request (:mod:`~lightning_hybrid.comm.stop_signal`): once an
+    exchange is complete, :attr:`stop` is the largest signal any rank asked for in it or an earlier
+    one, the same on every rank after the same exchange, so that ranks that meet only here agree on a
+    stop here.
     """
 
     def __init__(
@@ -123,11 +138,8 @@ class DelayedAllReduce:
         group: dist.ProcessGroup | None = None,
         compensation: str | None = None,
         dc_lambda: float = 0.04,
-        latency_s: float = 0.0,
     ) -> None:
         validate(delay, compensation, dc_lambda, bucket_size_mb)
-        if not latency_s >= 0:
-            raise ValueError(f"latency_s must be non-negative, got {latency_s}")
         self.params = list(params)
         self.delay = delay
         self.group = group
@@ -135,32 +147,16 @@ class DelayedAllReduce:
         self.dc_lambda = dc_lambda
         self.bucket_indices = make_buckets(self.params, bucket_size_mb)
         self.world_size = dist.get_world_size(group)
-        self._queue: deque[_InFlight] = deque()
-        self.latency_s = latency_s
-        self._thread = ThreadPoolExecutor(1, thread_name_prefix="delayed-allreduce") if latency_s > 0 else None
+        self._queue: deque[InFlight] = deque()
         #: Seconds spent blocked waiting for collectives to finish (the communication not hidden).
         self.wait_s = 0.0
-        #: Bytes of gradients this rank has handed to its all-reduces (the payload; a ring all-reduce puts
+        #: Bytes of values this rank has handed to its all-reduces (the payload; a ring all-reduce puts
         #: ``2 (world - 1) / world`` times that on each rank's link).
         self.bytes_sent = 0
         #: The learning rates pushed with the average last written into ``.grad`` (None if not given).
         self.loaded_lrs: list[float] | None = None
-
-    def _all_reduce(self, bucket: torch.Tensor) -> Pending | Future:
-        if self._thread is None:
-            return start_all_reduce(bucket, group=self.group)
-
-        def slow_all_reduce() -> None:
-            time.sleep(self.latency_s)
-            all_reduce_(bucket, group=self.group)
-
-        return self._thread.submit(slow_all_reduce)
-
-    def close(self) -> None:
-        """Stop the background thread of the latency simulation (pending work is finished first)."""
-        if self._thread is not None:
-            self._thread.shutdown(wait=True)
-            self._thread = None
+        #: The largest stop signal carried by a completed exchange (0: none asked for).
+        self.stop = 0
 
     @property
     def pending(self) -> int:
@@ -170,48 +166,69 @@ class DelayedAllReduce:
     def _flat_weights(self) -> torch.Tensor:
         return flatten(self.params)
 
-    def push(self, lrs: Sequence[float] | None = None) -> None:
-        """Snapshot the current gradients into buckets and start their all-reduce; ``lrs``: the
-        learning rates to apply their average with (see :func:`step_at`)."""
+    def push(self, lrs: Sequence[float] | None = None, stop: int = 0, values: Sequence[torch.Tensor] | None = None,
+             keep_local: bool = False, tag: Any = None) -> None:
+        """Snapshot the current gradients (or ``values``, one tensor per parameter) into buckets and
+        start their all-reduce, this rank's ``stop`` request (a signal number, 0: none) with them.
+        ``lrs``: the learning rates to apply their average with (see :func:`step_at`); ``keep_local``:
+        keep a flat copy of this rank's own values beside the average (:attr:`InFlight.local`)."""
+        values = gradients(self.params) if values is None else list(values)
+        local = flatten(values).clone() if keep_local else None  # before the all-reduces sum in place
         buckets, works = [], []
-        for indices in self.bucket_indices:
-            bucket = flatten(gradients([self.params[i] for i in indices]))
+        for i, indices in enumerate(self.bucket_indices):
+            pieces = [values[j] for j in indices]
+            bucket = flatten(pieces) if i else torch.cat([flatten(pieces), encode(stop, pieces[0].dtype, pieces[0].device)])
             self.bytes_sent += bucket.numel() * bucket.element_size()
             buckets.append(bucket)
-            works.append(self._all_reduce(bucket))
+            works.append(start_all_reduce(bucket, group=self.group))
         weights = self._flat_weights() if self.compensation == "dc" else None
-        self._queue.append(_InFlight(buckets, works, weights, None if lrs is None else list(lrs)))
+        self._queue.append(InFlight(buckets, works, weights, None if lrs is None else list(lrs), local, tag))
 
-    def _complete(self, item: _InFlight) -> list[torch.Tensor]:
+    def _complete(self, item: InFlight) -> InFlight:
         if item.averaged:
-            return item.buckets
+            return item
         start = time.perf_counter()
         for work in item.works:
-            work.result() if isinstance(work, Future) else work.wait()
+            work.wait()
         self.wait_s += time.perf_counter() - start
-        item.buckets = [bucket.div_(self.world_size) for bucket in item.buckets]
+        first = item.buckets[0]
+        item.stop = decode(first[-WIDTH:])
+        self.stop = max(self.stop, item.stop)
+        item.buckets = [first[:-WIDTH].div_(self.world_size), *(b.div_(self.world_size) for b in item.buckets[1:])]
         item.works, item.averaged = [], True
-        return item.buckets
+        return item
+
+    def pop_ready(self) -> InFlight | None:
+        """The oldest exchange, completed (waited for if it is not), once it is ``delay`` pushes old; else None."""
+        return self._complete(self._queue.popleft()) if len(self._queue) > self.delay else None
+
+    def pop_oldest(self) -> InFlight | None:
+        """The oldest exchange, completed, whatever its age; None when nothing is pending."""
+        return self._complete(self._queue.popleft()) if self._queue else None
 
     def pending_state(self) -> list[dict]:
-        """The pending averages (waited for), oldest first, as plain tensors and lists: what a
+        """The pending exchanges (waited for), oldest first, as plain tensors and lists: what a
         checkpoint written between sync points must hold so that nothing computed is lost."""
         return [
-            {"average": torch.cat(self._complete(item)).clone(), "weights": item.weights, "lrs": item.lrs}
+            {"average": self._complete(item).average.clone(), "weights": item.weights, "lrs": item.lrs,
+             "local": item.local, "tag": item.tag, "stop": item.stop}
             for item in self._queue
         ]
 
     def load_pending_state(self, state: list[dict]) -> None:
-        """Put averages from :meth:`pending_state` back in front of the queue, to be applied in
+        """Put exchanges from :meth:`pending_state` back in front of the queue, to be handed back in
         order as if they had never left it."""
         restored = [
-            _InFlight([entry["average"].clone()], [], entry["weights"], entry["lrs"], averaged=True) for entry in state
+            InFlight([entry["average"].clone()], [], entry["weights"], entry["lrs"], entry.get("local"), entry.get("tag"),
+                     averaged=True, stop=int(entry.get("stop", 0)))
+            for entry in state
         ]
+        for item in restored:
+            self.stop = max(self.stop, item.stop)
         self._queue.extendleft(reversed(restored))
 
-    def _write(self, item: _InFlight) -> None:
-        averaged = self._complete(item)
-        flat = torch.cat(averaged)
+    def _write(self, item: InFlight) -> None:
+        flat = item.average
         if self.compensation == "dc":
             flat = flat + self.dc_lambda * flat * flat * (self._flat_weights() - item.weights)
         for p, piece in zip(self.params, slices(flat, self.params)):
@@ -220,15 +237,16 @@ class DelayedAllReduce:
 
     def load_ready_into_grads(self) -> bool:
         """If an average is ``delay`` pushes old, write it (compensated) into ``.grad``; say whether."""
-        if len(self._queue) <= self.delay:
+        item = self.pop_ready()
+        if item is None:
             return False
-        self._write(self._queue.popleft())
+        self._write(item)
         return True
 
     def drain_into_grads(self) -> Iterator[None]:
         """Write every pending average into ``.grad``, oldest first, yielding after each (step then)."""
-        while self._queue:
-            self._write(self._queue.popleft())
+        while (item := self.pop_oldest()) is not None:
+            self._write(item)
             yield
 
     def apply_pending(self, optimizer: torch.optim.Optimizer) -> int:
