@@ -48,7 +48,8 @@ import pytorch_lightning as pl
 from lightning_fabric.utilities.data import _set_sampler_epoch
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
-from lightning_hybrid.strategies.meeting import meeting
+from lightning_hybrid.strategies.common import CheckedDDPStrategy
+from lightning_hybrid.strategies.meeting import Deferred, meeting
 
 log = logging.getLogger(__name__)
 
@@ -216,6 +217,10 @@ class Preemption(pl.Callback):
         self._trainer = trainer
         self._install()
         agreement = meeting(trainer).attach()
+        if stage == "fit" and not isinstance(trainer.strategy, CheckedDDPStrategy) and trainer.world_size > 1:
+            # Lightning's own strategies (ddp): the stop agreed a step late, as our synchronous ones agree it,
+            # never a collective waited for before each batch (ours choose at their setup, after this).
+            agreement.agree_by(Deferred(lag=max(int(trainer.accumulate_grad_batches or 1), 1)))
         if self.received is not None:  # asked for before the meeting existed (set-up)
             agreement.request_stop(signal.Signals[self.received])
 

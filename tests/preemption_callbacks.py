@@ -12,21 +12,21 @@ import torch
 
 
 class SignalAt(pl.Callback):
-    """After training batch ``batch`` of epoch ``epoch``, rank 0 (or every rank: a SLURM signal reaches
+    """After training batch ``batch`` of epoch ``epoch``, rank ``rank`` (or every rank: a SLURM signal reaches
     every task) sends ``signame`` to its own process, as a scheduler would (or to its whole process
     group, as Ctrl+C in a terminal does); once per folder (the marker file records when), so that the
     rerun of the same command trains on."""
 
     def __init__(self, epoch: int, batch: int, marker: str, signame: str = "SIGTERM", every_rank: bool = False,
-                 process_group: bool = False) -> None:
-        self.epoch, self.batch, self.marker = epoch, batch, Path(marker)
+                 process_group: bool = False, rank: int = 0) -> None:
+        self.epoch, self.batch, self.marker, self.rank = epoch, batch, Path(marker), rank
         self.signame, self.every_rank, self.process_group = signame, every_rank, process_group
         self.armed = not self.marker.exists()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         if self.armed and trainer.current_epoch == self.epoch and batch_idx == self.batch and (
-                trainer.global_rank == 0 or self.every_rank):
-            if trainer.global_rank == 0:
+                trainer.global_rank == self.rank or self.every_rank):
+            if trainer.global_rank == self.rank:
                 self.marker.write_text(repr(time.time()))
             if self.process_group:  # Ctrl+C in a terminal: every process of the foreground group
                 os.killpg(os.getpgrp(), signal.Signals[self.signame])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from collections import deque
 from functools import partial
@@ -90,7 +91,7 @@ def test_delay_zero_equals_ddp(tmp_path, tmp_path_factory):
      (1, None, 0, 0.9, False, "subtract")],
 )
 def test_delayed_application_equals_the_reference(tmp_path, delay, compensation, warmup, momentum, scheduler, correction):
-    args = ["--strategy", "asgd", "--delay", str(delay), "--warmup", str(warmup), "--dc-lambda", "0.5",
+    args = ["--strategy", "asgd", "--method", "pipe_sgd", "--delay", str(delay), "--warmup", str(warmup), "--dc-lambda", "0.5",
             "--batch-size", "16", "--epochs", str(EPOCHS), "--momentum", str(momentum)]
     if compensation:
         args += ["--compensation", compensation]
@@ -112,8 +113,13 @@ def test_delayed_application_equals_the_reference(tmp_path, delay, compensation,
 
 
 def test_momentum_correction_is_checked():
-    with pytest.raises(ValueError, match="momentum_correction must be None or one of"):
-        AllReduceASGDStrategy(momentum_correction="halve")
+    with pytest.raises(ValueError, match="momentum_correction must be 'auto', None or one of"):
+        AllReduceASGDStrategy(method="pipe_sgd", momentum_correction="halve")
+    with pytest.raises(ValueError, match="under method='dga' every rank steps with its own gradient"):
+        AllReduceASGDStrategy(momentum_correction="subtract")
+    with pytest.raises(ValueError, match="only method='pipe_sgd' does"):
+        AllReduceASGDStrategy(compensation="dc")
+    assert AllReduceASGDStrategy(method="pipe_sgd")._momentum_rule == "subtract"
 
 
 def test_communication_overlaps_computation(tmp_path):
@@ -179,7 +185,8 @@ def test_fast_dev_run(tmp_path, strategy):
     [
         (dict(delay=-1), "non-negative integer"),
         (dict(delay=1.5), "non-negative integer"),
-        (dict(compensation="magic"), "unknown compensation"),
+        (dict(compensation="magic", method="pipe_sgd"), "unknown compensation"),
+        (dict(method="async"), "method must be one of"),
         (dict(warmup_steps=-2), "warmup_steps"),
     ],
 )
@@ -205,8 +212,9 @@ def test_a_step_checkpoint_holds_the_pending_average(tmp_path):
     the parameters and momentum, the average step k started; step k+1 applies exactly that average
     (the checkpoint of step k+1 is one SGD-with-momentum step from step k's with it): a run
     resumed from any of them loses nothing."""
-    run_train_script(tmp_path, "--strategy", "asgd", "--delay", "1", "--lr", "0.05", "--momentum", "0.9",
-                     "--epochs", "1", "--noise", "6", "--checkpoint-dir", str(tmp_path / "ck"), "--checkpoint-every-steps", "1")
+    run_train_script(tmp_path, "--strategy", "asgd", "--method", "pipe_sgd", "--delay", "1", "--lr", "0.05",
+                     "--momentum", "0.9", "--epochs", "1", "--noise", "6", "--checkpoint-dir", str(tmp_path / "ck"),
+                     "--checkpoint-every-steps", "1")
     checkpoints = {k: load(tmp_path / "ck" / f"step={k}.ckpt") for k in range(1, 9)}
     for k in range(1, 8):
         (pending,) = checkpoints[k]["lightning_hybrid_pending_averages"]  # delay 1: one average in flight
@@ -224,10 +232,153 @@ def test_a_step_checkpoint_holds_the_pending_average(tmp_path):
                                        msg=f"step {k + 1}: {name}")
 
 
-def test_latency_needs_a_strategy_that_takes_it():
+def test_latency_is_refused_only_where_it_delays_nothing():
+    from lightning_hybrid import SSPStrategy
     from lightning_hybrid.callbacks import HeterogeneitySimulator
 
     sim = HeterogeneitySimulator(collective_latency_s=0.1)
     sim.check_strategy(AllReduceASGDStrategy())
-    with pytest.raises(ValueError, match="strategy=allreduce_asgd"):
-        sim.check_strategy(pl.strategies.DDPStrategy())
+    sim.check_strategy(pl.strategies.DDPStrategy())
+    with pytest.raises(ValueError, match="point to point"):
+        sim.check_strategy(SSPStrategy())
+
+
+# ---------------------------------------------------------------------- method="dga" (the default)
+def dga_reference(delay: int, momentum: float = 0.0, halve_lr_each_epoch: bool = False, adam: bool = False) -> dict:
+    """Delayed gradient averaging by its definition, one process, two replicas on the ranks' own batches
+    (DistributedSampler's: rank r takes every other index of the epoch's permutation). SGD: after step t a
+    replica is SGD fed the ranks' mean gradients up to t - delay (the synchronous part) and then its own
+    since, replayed from a copy of the synchronous part. Adam: each replica's own Adam, its update of step
+    s replaced by the replicas' mean update at step s + delay. At each epoch's end everything pending is
+    applied and every replica takes replica 0's optimizer state (the sync point's broadcast)."""
+    pl.seed_everything(0)
+    net = MLP(activation="relu")
+    make = (lambda ps: torch.optim.Adam(ps, lr=LR)) if adam else (lambda ps: torch.optim.SGD(ps, lr=LR, momentum=momentum))
+    replicas = [copy.deepcopy(net) for _ in range(2)]
+    optimizers = [make(r.parameters()) for r in replicas]
+    synchronous = copy.deepcopy(net)
+    sync_opt = make(synchronous.parameters())
+    x, y = synthetic_classification(SAMPLES, (1, 28, 28), 10, seed=1)
+    sampler = EpochSeededRandomSampler(range(SAMPLES), seed=0)
+
+    def take(model, optimizer, grads, lr):
+        for p, g in zip(model.parameters(), grads):
+            p.grad = g.clone()
+        optimizer.param_groups[0]["lr"] = lr
+        optimizer.step()
+
+    def mean(values):
+        return [(a + b) / 2 for a, b in zip(*values)]
+
+    for epoch in range(EPOCHS):
+        lr = LR / 2**epoch if halve_lr_each_epoch else LR
+        sampler.set_epoch(epoch)
+        order = list(sampler)
+        history: list[list[list[torch.Tensor]]] = []  # this epoch's steps: each replica's gradient (SGD) or update (Adam)
+        for start in range(0, SAMPLES, GLOBAL_BATCH):
+            values = []
+            for rank, (replica, optimizer) in enumerate(zip(replicas, optimizers)):
+                idx = order[start + rank : start + GLOBAL_BATCH : 2]
+                replica.zero_grad()
+                F.cross_entropy(replica(x[idx]), y[idx]).backward()
+                if adam:
+                    before = [p.detach().clone() for p in replica.parameters()]
+                    take(replica, optimizer, [p.grad for p in replica.parameters()], lr)
+                    values.append([b - p.detach() for b, p in zip(before, replica.parameters())])
+                else:
+                    values.append([p.grad.clone() for p in replica.parameters()])
+            history.append(values)
+            step = len(history) - 1
+            if adam:
+                if step - delay >= 0:
+                    correct(replicas, history[step - delay])
+                continue
+            if step - delay >= 0:
+                take(synchronous, sync_opt, mean(history[step - delay]), lr)
+            for rank, (replica, optimizer) in enumerate(zip(replicas, optimizers)):
+                replica.load_state_dict(synchronous.state_dict())
+                optimizer.load_state_dict(copy.deepcopy(sync_opt.state_dict()))
+                for k in range(max(step - delay + 1, 0), step + 1):
+                    take(replica, optimizer, history[k][rank], lr)
+        for k in range(max(len(history) - delay, 0), len(history)):  # the epoch's sync point
+            if adam:
+                correct(replicas, history[k])
+            else:
+                take(synchronous, sync_opt, mean(history[k]), lr)
+        source = replicas[0] if adam else synchronous
+        state = optimizers[0].state_dict() if adam else sync_opt.state_dict()
+        for replica, optimizer in zip(replicas, optimizers):
+            replica.load_state_dict(source.state_dict())
+            optimizer.load_state_dict(copy.deepcopy(state))
+    return {f"net.{name}": p.detach() for name, p in replicas[0].named_parameters()}
+
+
+def correct(replicas, updates) -> None:
+    mean = [(a + b) / 2 for a, b in zip(*updates)]
+    with torch.no_grad():
+        for replica, own in zip(replicas, updates):
+            for p, u, m in zip(replica.parameters(), own, mean):
+                p.add_(u - m)
+
+
+@pytest.mark.parametrize("delay, momentum, scheduler, adam", [(1, 0.9, False, False), (2, 0.9, True, False),
+                                                              (3, 0.0, False, False), (2, 0.0, False, True)],
+                         ids=["d1-momentum", "d2-momentum-scheduler", "d3-sgd", "d2-adam"])
+def test_dga_equals_its_definition(tmp_path, delay, momentum, scheduler, adam):
+    args = ["--strategy", "asgd", "--delay", str(delay), "--batch-size", "16", "--epochs", str(EPOCHS),
+            "--momentum", str(momentum), *(["--scheduler"] if scheduler else []), *(["--adam", "--lr", "0.01"] if adam else [])]
+    proc = run_train_script(tmp_path, *args)
+    if adam:
+        global LR
+        saved, LR = LR, 0.01
+        try:
+            expected = dga_reference(delay, adam=True)
+        finally:
+            LR = saved
+    else:
+        expected = dga_reference(delay, momentum, halve_lr_each_epoch=scheduler)
+    check_against(tmp_path, expected)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["pushed"] == summary["applied"] == summary["global_step"] == 8 * EPOCHS  # one step a batch, as DDP
+    assert summary["momentum"] == (None if adam else momentum) and "momentum_correction" not in proc.stderr  # kept
+
+
+@pytest.mark.parametrize("strategy", [["--strategy", "asgd", "--delay", "1"],
+                                      ["--strategy", "local_sgd", "--sync-every", "4", "--delay", "1"]],
+                         ids=["allreduce_asgd", "local_sgd"])
+def test_no_collective_between_exchanges(tmp_path, strategy):
+    """From the first training batch to the last, a rank issues its exchanges' all-reduces on the
+    exchange's group and nothing else: no per-batch stop agreement, no other meeting (8 batches of 16 per
+    rank and epoch: 8 gradient exchanges, or 2 rounds of 4 steps)."""
+    run_train_script(tmp_path, *strategy, "--batch-size", "16", "--epochs", "2", "--count-collectives")
+    exchanges = 8 * 2 if strategy[1] == "asgd" else 2 * 2
+    for rank in (0, 1):
+        counts = json.loads((tmp_path / f"collectives_rank{rank}.json").read_text())
+        assert counts == {"all_reduce@exchange": exchanges}, counts
+
+
+def test_a_stop_on_rank_1_between_an_exchange_and_its_correction_resumes_exactly(tmp_path):
+    """Delay 2, SIGTERM to rank 1 alone after batch 2 of epoch 1: the request rides on rank 1's next
+    exchange, both ranks stop when it is applied, at the same step, with two exchanges in flight; the
+    checkpoint holds each rank's own weights, momentum and pending exchanges, and the same command run
+    again ends where the uninterrupted run does."""
+    from test_preemption import callbacks, run
+
+    settings = ("strategy=allreduce_asgd", "strategy.delay=2", "strategy.fork_ranks=true", "trainer.devices=2",
+                "optimizer.momentum=0.9", "data.num_train=2048")  # 16 batches of 64 a rank, 6 trained an epoch
+    interrupted = (*settings, f"hydra.run.dir={tmp_path / 'run'}", *callbacks(tmp_path, "resumed", epoch=1, batch=1, rank=1))
+    stopped = run(*interrupted, cwd=tmp_path)
+    output = stopped.stdout + stopped.stderr
+    assert stopped.returncode == 143 and "last-interrupted.ckpt" in stopped.stdout, output[-3000:]
+    checkpoint = torch.load(tmp_path / "run" / "checkpoints" / "last-interrupted.ckpt", weights_only=False)
+    ranks = checkpoint[AllReduceASGDStrategy.rank_states_key]["ranks"]
+    assert [len(own["pending"]) for _, _, own in ranks] == [2, 2], "stopped with two exchanges in flight"
+    assert checkpoint["loops"]["fit_loop"]["epoch_loop.batch_progress"]["current"]["completed"] == 5, \
+        "asked after batch 1 (0-based), the stop rides on batch 2's exchange, which is applied after batch 4"
+    resumed = run(*interrupted, cwd=tmp_path)
+    assert resumed.returncode == 0 and "resumed in epoch 1" in resumed.stdout + resumed.stderr, resumed.stderr[-3000:]
+    reference = run(*settings, f"hydra.run.dir={tmp_path / 'reference'}", *callbacks(tmp_path, "reference"), cwd=tmp_path)
+    assert reference.returncode == 0, reference.stderr[-3000:]
+    got, expected = torch.load(tmp_path / "resumed.pt"), torch.load(tmp_path / "reference.pt")
+    for name in expected:
+        torch.testing.assert_close(got[name], expected[name], rtol=0, atol=1e-6, msg=name)

@@ -17,6 +17,7 @@ from test_delayed_allreduce import batches, make_model  # the same model and per
 
 from lightning_hybrid.comm.delayed_allreduce import DelayedAllReduce
 from lightning_hybrid.comm.flat import copy_into, flatten
+from lightning_hybrid.comm.stop_signal import WIDTH
 from lightning_hybrid.comm.local_sgd import LocalSGD, cut_fragments, validate
 
 STEPS, LR, MOMENTUM = 13, 0.05, 0.9
@@ -203,7 +204,7 @@ def test_a_run_restored_from_a_checkpoint_mid_round_continues_exactly(runs, name
 
 @pytest.mark.multiprocess
 def test_bytes_sent_are_the_rounds_pseudo_gradients(runs):
-    numel = sum(p.numel() for p in make_model().parameters())
+    numel = sum(p.numel() for p in make_model().parameters()) + WIDTH  # the stop flags ride along
     assert runs[0]["ddp"]["bytes"] == STEPS * numel * 4, "one fp32 average a step"
     # 3-step rounds: 4 rounds in 13 steps, then the sync ends the fifth, one step long
     assert runs[0]["rounds_only"]["bytes"] == 5 * numel * 4

@@ -127,6 +127,47 @@ class SpellsAfterStep(pl.Callback):
             time.sleep(self.per_sample_s * len(batch[0]))
 
 
+class CollectiveCount(pl.Callback):
+    """Counts every torch.distributed communication call this rank makes from its first training batch to
+    the end of its last (collectives_rank{r}.json: per function, how many on the strategy's exchange group
+    and how many elsewhere), between the batches included; what set-up and the sync points issue is not."""
+
+    CALLS = ("all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "reduce_scatter_tensor", "reduce",
+             "gather", "scatter", "all_to_all", "barrier", "monitored_barrier", "send", "recv", "isend", "irecv",
+             "batch_isend_irecv", "all_gather_object", "broadcast_object_list", "gather_object", "scatter_object_list")
+
+    def __init__(self, out: Path) -> None:
+        self.out, self.counting, self.counts, self.snapshot = out, False, {}, {}
+
+    def setup(self, trainer, pl_module, stage):
+        import torch.distributed as dist
+
+        for name in self.CALLS:
+            original = getattr(dist, name)
+
+            def counted(*args, _name=name, _original=original, **kwargs):
+                if self.counting:
+                    group = kwargs.get("group")
+                    where = "exchange" if group is not None and group is getattr(trainer.strategy, "exchange_group", None) \
+                        else "other"
+                    key = f"{_name}@{where}"
+                    self.counts[key] = self.counts.get(key, 0) + 1
+                return _original(*args, **kwargs)
+
+            setattr(dist, name, counted)
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        self.counting = True
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.snapshot = dict(self.counts)  # the counts up to the end of the newest batch
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        self.counting = False
+        self.counts = dict(self.snapshot)
+        (self.out / f"collectives_rank{trainer.global_rank}.json").write_text(json.dumps(self.snapshot))
+
+
 class KillAt(pl.Callback):
     """SIGKILLs this process at a given training step (of a given epoch) on a given rank: a crashed worker."""
 
@@ -256,6 +297,7 @@ def main() -> None:
     parser.add_argument("--record-batches", action="store_true", help="append trained batches to trained_rank{r}.txt")
     parser.add_argument("--kill-server-step", type=int, default=None, help="rank 0 SIGKILLs the parameter server then")
     parser.add_argument("--sigterm-step", type=int, default=None, help="rank 0 sends itself SIGTERM at this step")
+    parser.add_argument("--count-collectives", action="store_true", help="CollectiveCount: collectives_rank{r}.json")
     parser.add_argument("--oom-rank", type=int, default=None, help="this rank runs out of memory at --oom-step")
     parser.add_argument("--oom-step", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=60)
@@ -275,6 +317,8 @@ def main() -> None:
     parser.add_argument("--outer", default="average", help="LocalSGDStrategy outer_optimizer")
     parser.add_argument("--fragments", type=int, default=1, help="LocalSGDStrategy fragments")
     parser.add_argument("--compensation", default=None)
+    parser.add_argument("--method", default="dga", help="AllReduceASGDStrategy method: dga | pipe_sgd")
+    parser.add_argument("--adam", action="store_true", help="Adam (lr --lr) instead of SGD")
     parser.add_argument("--momentum-correction", default=None, help="AllReduceASGDStrategy: none (default here) | mean_delay | subtract")
     parser.add_argument("--dc-lambda", type=float, default=0.04)
     parser.add_argument("--warmup", type=int, default=0)
@@ -318,7 +362,8 @@ def main() -> None:
                                    server_device=args.server_device, **shared)
     elif strategy == "asgd":
         strategy = AllReduceASGDStrategy(
-            delay=args.delay, compensation=args.compensation, dc_lambda=args.dc_lambda, warmup_steps=args.warmup,
+            delay=args.delay, method=args.method, compensation=args.compensation, dc_lambda=args.dc_lambda,
+            warmup_steps=args.warmup,
             momentum_correction=args.momentum_correction,
             **shared,
         )
@@ -362,6 +407,8 @@ def main() -> None:
         callbacks.append(KillServerAt(args.kill_server_step, args.out, args.kill_shard))
     if args.sigterm_step is not None:
         callbacks.append(SigtermAt(args.sigterm_step, args.out))
+    if args.count_collectives:
+        callbacks.append(CollectiveCount(args.out))
     if args.oom_rank is not None:
         callbacks.append(OutOfMemoryAt(args.oom_rank, args.oom_step))
     if args.checkpoint_dir:
@@ -374,7 +421,8 @@ def main() -> None:
     if args.step_scheduler:
         scheduler = {"scheduler": partial(torch.optim.lr_scheduler.StepLR, step_size=1, gamma=0.5), "interval": "step"}
     module = RecordingClassifier(
-        MLP(activation="relu"), optimizer=partial(torch.optim.SGD, lr=args.lr, momentum=args.momentum), scheduler=scheduler,
+        MLP(activation="relu"), scheduler=scheduler,
+        optimizer=partial(torch.optim.Adam, lr=args.lr) if args.adam else partial(torch.optim.SGD, lr=args.lr, momentum=args.momentum),
         compute_sleep=args.compute_sleep, sample_sleep=args.sample_sleep, log_step_sync=args.log_step_sync,
     )
     if args.bf16_initial:

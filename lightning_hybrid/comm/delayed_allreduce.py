@@ -211,20 +211,19 @@ class DelayedAllReduce:
         checkpoint written between sync points must hold so that nothing computed is lost."""
         return [
             {"average": self._complete(item).average.clone(), "weights": item.weights, "lrs": item.lrs,
-             "local": item.local, "tag": item.tag, "stop": item.stop}
+             "local": item.local, "tag": item.tag}
             for item in self._queue
         ]
 
     def load_pending_state(self, state: list[dict]) -> None:
         """Put exchanges from :meth:`pending_state` back in front of the queue, to be handed back in
-        order as if they had never left it."""
+        order as if they had never left it; the stop requests they carried are not (the run that wrote
+        them stopped on them; this one is a new run)."""
         restored = [
             InFlight([entry["average"].clone()], [], entry["weights"], entry["lrs"], entry.get("local"), entry.get("tag"),
-                     averaged=True, stop=int(entry.get("stop", 0)))
+                     averaged=True)
             for entry in state
         ]
-        for item in restored:
-            self.stop = max(self.stop, item.stop)
         self._queue.extendleft(reversed(restored))
 
     def _write(self, item: InFlight) -> None:

@@ -55,6 +55,7 @@ import torch.distributed as dist
 
 from lightning_hybrid.comm.collectives import Pending, start_all_reduce
 from lightning_hybrid.comm.flat import copy_into, flatten
+from lightning_hybrid.comm.stop_signal import WIDTH, decode, encode
 
 OUTER_OPTIMIZERS = ("nesterov", "average")
 WIRE_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -134,8 +135,10 @@ class LocalSGD:
         self.steps = 0  # inner steps since the last sync point
         #: Seconds blocked waiting for averages (the communication the rounds did not hide).
         self.wait_s = 0.0
-        #: Bytes of pseudo-gradients this rank handed to all-reduces, over the fit.
+        #: Bytes of pseudo-gradients (and their stop flags) this rank handed to all-reduces, over the fit.
         self.bytes_sent = 0
+        #: The largest stop signal an applied average carried (0: none asked for).
+        self.stop = 0
 
     def _fragment(self, indices: list[int], offset: int) -> _Fragment:
         theta = flatten([self.params[i] for i in indices], dtype=torch.float32).clone().requires_grad_(False)
@@ -149,17 +152,19 @@ class LocalSGD:
         return [self.params[i] for i in fragment.indices]
 
     # ------------------------------------------------------------------ rounds
-    def after_inner_step(self) -> None:
-        """Call after each inner optimizer step: ends the rounds due now."""
+    def after_inner_step(self, stop: int = 0) -> None:
+        """Call after each inner optimizer step: ends the rounds due now, each carrying ``stop`` (this
+        rank's stop request, a signal number; 0: none) to every rank (:attr:`stop`)."""
         self.steps += 1
         for fragment in self.fragments:
             if (self.steps + fragment.offset) % self.sync_every == 0:
-                self._end_round(fragment, keep=self.delay)
+                self._end_round(fragment, keep=self.delay, stop=stop)
 
-    def _end_round(self, fragment: _Fragment, keep: int) -> None:
-        """Start averaging this round's pseudo-gradient; apply averages until ``keep`` are in flight."""
+    def _end_round(self, fragment: _Fragment, keep: int, stop: int = 0) -> None:
+        """Start averaging this round's pseudo-gradient (this rank's stop request appended); apply
+        averages until ``keep`` are in flight."""
         delta = fragment.theta - flatten(self._weights(fragment), dtype=torch.float32)
-        wire = delta.to(self.wire)
+        wire = torch.cat([delta.to(self.wire), encode(stop, self.wire)])
         self.bytes_sent += wire.numel() * wire.element_size()
         fragment.pending.append(start_all_reduce(wire, group=self.group))
         fragment.rounds += 1
@@ -173,16 +178,17 @@ class LocalSGD:
             start = time.perf_counter()
             item = item.wait()
             self.wait_s += time.perf_counter() - start
-        fragment.theta.grad = item.to(torch.float32).div_(self.world_size)
+        self.stop = max(self.stop, decode(item[-WIDTH:]))
+        fragment.theta.grad = item[:-WIDTH].to(torch.float32).div_(self.world_size)
         fragment.outer.step()
         fragment.theta.grad = None
 
-    def sync(self) -> None:
-        """A sync point (every rank at once): end every fragment's round early if it took steps, apply
-        every pending average in order; every rank then holds ``theta``."""
+    def sync(self, stop: int = 0) -> None:
+        """A sync point (every rank at once): end every fragment's round early if it took steps
+        (carrying ``stop``), apply every pending average in order; every rank then holds ``theta``."""
         for fragment in self.fragments:
             if self._steps_in_round(fragment):
-                self._end_round(fragment, keep=0)
+                self._end_round(fragment, keep=0, stop=stop)
             else:
                 while fragment.pending:
                     self._apply(fragment, fragment.pending.popleft())
@@ -226,4 +232,11 @@ class LocalSGD:
                 fragment.theta.copy_(saved["theta"])
             fragment.outer.load_state_dict(saved["outer"])
             fragment.rounds = int(saved["rounds"])
-            fragment.pending = deque(t.clone() for t in saved["pending"])
+            fragment.pending = deque(self._without_stop(t) for t in saved["pending"])
+
+    @staticmethod
+    def _without_stop(average: torch.Tensor) -> torch.Tensor:
+        """A saved average without the stop requests it carried (the run that saved it stopped on them)."""
+        average = average.clone()
+        average[-WIDTH:] = 0
+        return average
