@@ -98,8 +98,8 @@ class FaultAt(pl.Callback):
     * ``sanity``: rank 0, SIGTERM before the sanity check's first batch;
     * ``validation``: rank 0, SIGTERM before epoch 0's first validation batch;
     * ``checkpoint``: rank 0, SIGTERM while epoch 1's first checkpoint is being written;
-    * ``rank1``: rank 1 alone, SIGTERM after epoch 2's batch 1;
-    * ``twice``: rank 0, the requeue signal (SIGUSR2) twice in a row, after epoch 3's batch 1;
+    * ``rank1``: rank 1 alone, SIGTERM after epoch 2's batch 1 (or the first batch after it that the run trains);
+    * ``twice``: rank 0, the requeue signal (SIGUSR2) twice in a row, after epoch 3's batch 1 (or the first after);
     * ``test``: rank 0, SIGTERM before the first test batch.
     """
 
@@ -131,9 +131,12 @@ class FaultAt(pl.Callback):
             self._fire(trainer, "checkpoint")
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        if batch_idx == 1 and trainer.current_epoch == 2:
+        # At the batch, or at the first one a resumed run trains after it: a stop under the delayed all-reduce or
+        # local SGD rides on an exchange and lands up to its delay later, so the run before may have ended past it.
+        at = (trainer.current_epoch, batch_idx)
+        if (2, 1) <= at < (3, 0):
             self._fire(trainer, "rank1", rank=1)
-        elif batch_idx == 1 and trainer.current_epoch == 3:
+        elif (3, 1) <= at:
             self._fire(trainer, "twice", signame="SIGUSR2", times=2)
 
     def on_test_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):

@@ -358,23 +358,23 @@ def test_no_collective_between_exchanges(tmp_path, strategy):
 
 
 def test_a_stop_on_rank_1_between_an_exchange_and_its_correction_resumes_exactly(tmp_path):
-    """Delay 2, SIGTERM to rank 1 alone after batch 2 of epoch 1: the request rides on rank 1's next
+    """Delay 2, SIGTERM to rank 1 alone after batch 0 of epoch 1: the request rides on rank 1's next
     exchange, both ranks stop when it is applied, at the same step, with two exchanges in flight; the
     checkpoint holds each rank's own weights, momentum and pending exchanges, and the same command run
     again ends where the uninterrupted run does."""
     from test_preemption import callbacks, run
 
     settings = ("strategy=allreduce_asgd", "strategy.delay=2", "strategy.fork_ranks=true", "trainer.devices=2",
-                "optimizer.momentum=0.9", "data.num_train=2048")  # 16 batches of 64 a rank, 6 trained an epoch
-    interrupted = (*settings, f"hydra.run.dir={tmp_path / 'run'}", *callbacks(tmp_path, "resumed", epoch=1, batch=1, rank=1))
+                "optimizer.momentum=0.9", "data.num_train=2048", "trainer.limit_train_batches=10")  # 10 of 16 batches
+    interrupted = (*settings, f"hydra.run.dir={tmp_path / 'run'}", *callbacks(tmp_path, "resumed", epoch=1, batch=0, rank=1))
     stopped = run(*interrupted, cwd=tmp_path)
     output = stopped.stdout + stopped.stderr
     assert stopped.returncode == 143 and "last-interrupted.ckpt" in stopped.stdout, output[-3000:]
     checkpoint = torch.load(tmp_path / "run" / "checkpoints" / "last-interrupted.ckpt", weights_only=False)
     ranks = checkpoint[AllReduceASGDStrategy.rank_states_key]["ranks"]
     assert [len(own["pending"]) for _, _, own in ranks] == [2, 2], "stopped with two exchanges in flight"
-    assert checkpoint["loops"]["fit_loop"]["epoch_loop.batch_progress"]["current"]["completed"] == 5, \
-        "asked after batch 1 (0-based), the stop rides on batch 2's exchange, which is applied after batch 4"
+    assert checkpoint["loops"]["fit_loop"]["epoch_loop.batch_progress"]["current"]["completed"] == 4, \
+        "asked after batch 0, the stop rides on batch 1's exchange, which is applied after batch 3; 6 batches to go"
     resumed = run(*interrupted, cwd=tmp_path)
     assert resumed.returncode == 0 and "resumed in epoch 1" in resumed.stdout + resumed.stderr, resumed.stderr[-3000:]
     reference = run(*settings, f"hydra.run.dir={tmp_path / 'reference'}", *callbacks(tmp_path, "reference"), cwd=tmp_path)

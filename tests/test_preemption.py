@@ -108,14 +108,18 @@ def test_requeue_runs_scontrol_with_the_job_id(tmp_path, monkeypatch):
 # ---------------------------------------------------------------------- runs of the command, stopped
 SMALL = ("experiment=smoke", "trainer.max_epochs=4", "trainer.limit_train_batches=6", "test=false",
          "allow_cpu_oversubscription=true", "trainer.enable_progress_bar=false", "progress=bar")
-#: Each strategy at the setting where it is deterministic (staleness 0, delay 0); ranks forked from the
+#: Each strategy at a setting where it is deterministic (staleness 0); ranks forked from the
 #: command's process (faster to start) except under ddp (Lightning's launcher) and ssp (ours), which rerun
 #: the command for each rank as users' runs do.
 STRATEGIES = {
     "ddp": ("strategy=ddp",),
     "balanced": ("strategy=balanced", "strategy.fork_ranks=true"),
     "ssp": ("strategy=ssp", "strategy.staleness=0"),  # our launcher rerunning the command, as users run it
-    "allreduce_asgd": ("strategy=allreduce_asgd", "strategy.delay=0", "strategy.fork_ranks=true"),
+    # The delayed all-reduce (DGA) and local SGD are deterministic at any delay; a stop lands up to their delay (or
+    # round) after the signal, so their epochs have 6 batches, room for each case's stop within the epoch.
+    "allreduce_asgd": ("strategy=allreduce_asgd", "strategy.delay=1", "strategy.fork_ranks=true", "data.num_train=1024"),
+    "local_sgd": ("strategy=local_sgd", "strategy.sync_every=2", "strategy.delay=1", "strategy.fork_ranks=true",
+                  "data.num_train=1024"),
     "cneural": ("strategy=cneural", "strategy.fork_ranks=true"),
     "hybrid": ("strategy=hybrid", "strategy.placement=uniform", "strategy.fork_ranks=true"),
 }
@@ -179,7 +183,7 @@ def trained_samples(folder: Path, ranks: str = "*") -> dict[int, Counter]:
 
 
 #: The strategies whose stop's checkpoint continues the epoch (the others repeat it).
-MID_EPOCH = ("ddp", "balanced", "allreduce_asgd", "hybrid")
+MID_EPOCH = ("ddp", "balanced", "allreduce_asgd", "local_sgd", "hybrid")
 
 
 @pytest.mark.multiprocess

@@ -213,7 +213,6 @@ class AllReduceASGDStrategy(RankStates, common.UnwrappedDDPStrategy):
             if self.restored is not None and self.restored["own"] is not None:  # resumed between sync points
                 self.averaging.load_state_dict(self.restored["own"])
                 self.pushed = self.averaging.pending
-            self.restored = None
         else:
             self.exchange = DelayedAllReduce(params, self.delay, self.bucket_size_mb, group=self.exchange_group,
                                              compensation=self.compensation, dc_lambda=self.dc_lambda)
