@@ -1,37 +1,40 @@
-"""Time to accuracy under a real slow link: DDP, its compression hooks, the delayed all-reduce, local SGD.
+"""Time to accuracy where the network is slow: DDP, its compression hooks, the delayed all-reduce, local SGD.
 
-Two ranks on this machine, inside a network namespace whose loopback the kernel shapes to a rate
-(``lightning_hybrid.sim.link.ShapedLink``: tc's token bucket; every byte the ranks send each other
-crosses it, and is counted). Contenders (``--contenders``, names below): DDP; DDP with gradients in bf16
+Two ranks on this machine, inside a network namespace (``lightning_hybrid.sim.link.ShapedLink``): its
+loopback shaped to a rate by the kernel's token bucket (every byte the ranks send each other crosses it, and
+is counted), or unshaped with every collective completing a latency after its data
+(``sim.collective_latency_s``; this kernel has no netem), or with transient stragglers; the sources are
+:data:`SOURCES` (``--sources``). Contenders (``--contenders``, names below): DDP; DDP with gradients in bf16
 (``strategy=ddp_bf16``) or PowerSGD of rank 2 and 4 (``strategy=ddp_powersgd``); the delayed all-reduce
-(``allreduce_asgd``) at delay 1 and 2; local SGD (``local_sgd``) every 8, 32, 64 or 128 steps with the
-average a round late, whole or in 4 fragments (streaming) in bf16 (``stream_h*``).
+(``strategy=allreduce_asgd``) by delayed gradient averaging, its default method, at delay 1, 2 and 4
+(``dga_d*``) and by its other method, the average alone applied late (``pipe_d*``: with the momentum
+lowered for the delay, kept, or DC-ASGD's compensation); local SGD (``local_sgd``) every 8, 32 or 64 steps,
+the average a round late (``local_h32_d1``), with DiLoCo's outer step, or in 4 fragments in bf16 (``stream_h32``).
 
-The time to a target accuracy under a link is taken in two measurements, because every contender's
-updates are the same whatever the network's speed (none adapts to timing: the delays, rounds and
-compressions are fixed), so that the samples a run needs to reach the target do not depend on the link:
+The time to a target accuracy is taken in two measurements, because every contender's updates are the same
+whatever the network's speed (none adapts to timing: the delays, rounds and compressions are fixed), so that
+the samples a run needs to reach the target do not depend on the source:
 
-1. ``trajectories`` (no shaping): each contender trains in short epochs (``--batches-per-epoch`` per
-   rank) and is tested after each on MNIST's test set, until the target or ``--max-epochs``: samples to
-   the target. A learning-rate sweep first (``--lrs``, over ``--sweep-seeds``): each contender keeps
-   the rate that needs the fewest samples (median; a rate that never gets there loses); then every seed
-   of ``--seeds`` at that rate. Final accuracy: after ``--max-epochs`` with ``--no-early-stop``.
+1. ``trajectories`` (no shaping): each contender trains in short epochs (``--batches-per-epoch`` per rank)
+   and is tested after each on MNIST's test set, until the target or ``--max-epochs``: samples to the target.
+   A learning-rate sweep first (``--lrs``, over ``--sweep-seeds``): each contender keeps the rate that needs
+   the fewest samples (median over those seeds; a rate that misses the target in a seed loses); then every
+   seed of ``--seeds`` at that rate. Final accuracy: after ``--max-epochs`` with ``--final-epochs``.
 2. ``throughput``: each contender at its rate, ``--throughput-batches`` batches per rank (at least two
-   rounds) inside each link of ``--links``: training samples per second (from the first batch to the
-   last, set-up excluded) and bytes through the link per sample.
-3. ``report``: time to the target = samples to it / samples per second under the link, per seed;
-   medians, the ratio to DDP under the same link, and the ceiling: DDP without a link (no method can
-   train faster than DDP whose communication is free).
+   rounds) under each source: training samples per second (from the first batch to the last, set-up
+   excluded) and bytes through the link per sample.
+3. ``report``: time to the target = samples to it / samples per second under the source, per seed; medians,
+   the ratio to DDP under the same source, and each source's best of each family.
 
 ``--pipeline``: the hybrid pipeline (2 stages) against DDP and balanced data parallelism for
-ResAttNet-18 on 48^3 volumes (synthetic, the ADNI-like cohort's view), under the same links: time per
+ResAttNet-18 on 48^3 volumes (synthetic, the ADNI-like cohort's view), under the same sources: time per
 training sample and bytes per sample (throughput only: the pipeline's updates equal DDP's).
 
     python benchmarks/slow_link.py --data-root ../shared/data/mnist --model lenet5 --target 0.98 \\
-        --links unshaped 1gbit 100mbit 10mbit --lrs 0.02 0.05 0.1 --sweep-seeds 0 --seeds 0 1 2
+        --sources unshaped 100mbit lat50ms lat200ms stragglers --lrs 0.01 0.02 0.05 --sweep-seeds 0 1 2 --seeds 0 1 2
 
-Writes to --out (benchmarks/results/): slow_link_<model>.json (every run), .md (the tables) and .png
-(time to the target per link). Needs root for the links (``ip netns``); without it, ``trajectories`` only.
+Writes to --out (benchmarks/results/): slow_link_<model>.json (every run) and .md (the tables). Needs root
+for the namespaces (``ip netns``); without it, ``trajectories`` only.
 """
 
 from __future__ import annotations
@@ -58,12 +61,17 @@ CONTENDERS = {
     "powersgd_r2": ["strategy=ddp_powersgd", "strategy.fork_ranks=true"],
     "powersgd_r4": ["strategy=ddp_powersgd", "strategy.ddp_kwargs.ddp_comm_state.matrix_approximation_rank=4",
                     "strategy.fork_ranks=true"],
-    "asgd_d1": ["strategy=allreduce_asgd", "strategy.delay=1", "strategy.fork_ranks=true"],  # momentum 0.9 -> 0.4
-    "asgd_d1_mean_delay": ["strategy=allreduce_asgd", "strategy.delay=1", "strategy.momentum_correction=mean_delay",
-                           "strategy.fork_ranks=true"],
-    "asgd_d1_uncorrected": ["strategy=allreduce_asgd", "strategy.delay=1", "strategy.momentum_correction=null",
-                            "strategy.fork_ranks=true"],
-    "asgd_d2": ["strategy=allreduce_asgd", "strategy.delay=2", "strategy.fork_ranks=true"],
+    # the delayed all-reduce as users type it: delayed gradient averaging (the default method) at delay 1, 2, 4
+    **{f"dga_d{d}": ["strategy=allreduce_asgd", f"strategy.delay={d}", "strategy.fork_ranks=true"] for d in (1, 2, 4)},
+    # its other method, the average alone applied late (Pipe-SGD): momentum 0.9 -> 0.4 (subtract, its default), or
+    # kept at 0.9 (mean_delay: 0.889; uncorrected), or with DC-ASGD's compensation
+    "pipe_d1": ["strategy=allreduce_asgd", "strategy.method=pipe_sgd", "strategy.delay=1", "strategy.fork_ranks=true"],
+    "pipe_d1_mean_delay": ["strategy=allreduce_asgd", "strategy.method=pipe_sgd", "strategy.delay=1",
+                           "strategy.momentum_correction=mean_delay", "strategy.fork_ranks=true"],
+    "pipe_d1_uncorrected": ["strategy=allreduce_asgd", "strategy.method=pipe_sgd", "strategy.delay=1",
+                            "strategy.momentum_correction=null", "strategy.fork_ranks=true"],
+    "pipe_d1_dc": ["strategy=allreduce_asgd_dc", "strategy.delay=1", "strategy.fork_ranks=true"],
+    "pipe_d2": ["strategy=allreduce_asgd", "strategy.method=pipe_sgd", "strategy.delay=2", "strategy.fork_ranks=true"],
     **{f"local_h{h}": ["strategy=local_sgd", f"strategy.sync_every={h}", "strategy.fork_ranks=true"] for h in (8, 32, 64)},
     "local_h32_d1": ["strategy=local_sgd", "strategy.sync_every=32", "strategy.delay=1", "strategy.fork_ranks=true"],
     "local_h32_nesterov": ["strategy=local_sgd", "strategy.sync_every=32", "strategy.outer_optimizer=nesterov",
@@ -73,7 +81,18 @@ CONTENDERS = {
 }
 #: Contenders that move the same bytes at the same times as another (only an optimizer's setting differs):
 #: measured once, under the other's name.
-SAME_TRAFFIC = {"asgd_d1_mean_delay": "asgd_d1", "asgd_d1_uncorrected": "asgd_d1", "local_h32_nesterov": "local_h32"}
+SAME_TRAFFIC = {"pipe_d1_mean_delay": "pipe_d1", "pipe_d1_uncorrected": "pipe_d1", "pipe_d1_dc": "pipe_d1",
+                "local_h32_nesterov": "local_h32"}
+#: Where the time goes between the ranks: a link's rate (None: the namespace unshaped) and the simulator's
+#: overrides. ``lat*``: every collective completes that much after its data (sim.collective_latency_s; not its
+#: caller blocked: an overlapped exchange can hide it); ``stragglers``: every rank 8x slower with probability 0.1 a
+#: step (the straggler grid's transient source, recipes/zhang2017_delay_sync).
+SOURCES = {
+    "unshaped": (None, []), "10gbit": ("10gbit", []), "1gbit": ("1gbit", []), "100mbit": ("100mbit", []),
+    "10mbit": ("10mbit", []), "lat50ms": (None, ["sim.collective_latency_s=0.05"]),
+    "lat200ms": (None, ["sim.collective_latency_s=0.2"]),
+    "stragglers": (None, ["sim.straggle_prob=0.1", "sim.straggle_factor=8.0"]),
+}
 PIPELINE = {
     "ddp": ["strategy=ddp"],
     "balanced": ["strategy=balanced", "strategy.fork_ranks=true"],
@@ -122,19 +141,23 @@ def trajectory(args, name: str, lr: float, seed: int, early_stop: bool = True) -
             "final_acc": curve[-1][1] if curve else None}
 
 
-def throughput(args, name: str, lr: float, link: ShapedLink | None, table: dict) -> dict:
+def throughput(args, name: str, lr: float, source: str, table: dict) -> dict:
+    """Training samples per second of one contender under one source (:data:`SOURCES`), and the bytes the
+    link carried per sample."""
     overrides = table[name]
     rounds = [int(o.split("=")[1]) for o in overrides if o.startswith("strategy.sync_every=")]
     batches = max(args.throughput_batches, 2 * rounds[0] if rounds else 0)
-    run = cli([*(base(args) if table is CONTENDERS else pipeline_base(args)), *overrides, f"optimizer.lr={lr}",
-               "trainer.max_epochs=1", f"trainer.limit_train_batches={batches}", "trainer.limit_val_batches=0", "test=false",
-               "callbacks=[epoch_timer]"],
-              args.out / "runs" / f"{args.model}_{name}_{link.rate if link and link.rate else 'unshaped'}_tp", link=link)
+    rate, simulated = SOURCES[source]
+    with ShapedLink(rate) as link:
+        run = cli([*(base(args) if table is CONTENDERS else pipeline_base(args)), *overrides, *simulated,
+                   f"optimizer.lr={lr}", "trainer.max_epochs=1", f"trainer.limit_train_batches={batches}",
+                   "trainer.limit_val_batches=0", "test=false", "callbacks=[epoch_timer]"],
+                  args.out / "runs" / f"{args.model}_{name}_{source}_tp", link=link)
     seconds = next(float(r["time/epoch_s"]) for r in run["rows"] if r.get("time/epoch_s"))
     batch = args.pipeline_batch if table is PIPELINE else BATCH
     samples = batches * batch * (1 if name == "hybrid_2stages" else RANKS)
-    return {"name": name, "link": link.rate if link and link.rate else "unshaped", "samples_per_s": samples / seconds,
-            "bytes_per_sample": run["bytes"] / samples if link is not None else None, "batches": batches}
+    return {"name": name, "link": source, "samples_per_s": samples / seconds, "bytes_per_sample": run["bytes"] / samples,
+            "batches": batches}
 
 
 def pipeline_base(args) -> list[str]:
@@ -154,15 +177,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model", default="lenet5", help="lenet5, or mlp20m (784-4096-4096-10, 20 M parameters)")
     parser.add_argument("--target", type=float, default=0.98)
     parser.add_argument("--contenders", nargs="+", default=list(CONTENDERS), choices=list(CONTENDERS))
-    parser.add_argument("--lrs", type=float, nargs="+", default=[0.02, 0.05, 0.1])
-    parser.add_argument("--sweep-seeds", type=int, nargs="+", default=[0])
+    parser.add_argument("--lrs", type=float, nargs="+", default=[0.01, 0.02, 0.05])
+    parser.add_argument("--sweep-seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--max-epochs", type=int, default=8)
-    parser.add_argument("--batches-per-epoch", type=int, default=256, help="per rank; a sync point ends every "
-                        "local SGD round at an epoch's end, so rounds longer than half an epoch are not rounds")
+    parser.add_argument("--max-epochs", type=int, default=40)
+    parser.add_argument("--batches-per-epoch", type=int, default=64, help="per rank, between two tests of the "
+                        "accuracy (each a sync point: local SGD's round ends there)")
     parser.add_argument("--final-epochs", type=int, default=0, help="also train --seeds this many epochs without "
                         "early stopping, for the final accuracy")
-    parser.add_argument("--links", nargs="+", default=["unshaped", "1gbit", "100mbit", "10mbit"])
+    parser.add_argument("--sources", "--links", nargs="+", default=["unshaped", "100mbit", "lat50ms", "lat200ms", "stragglers"],
+                        choices=list(SOURCES), help="where the time between the ranks goes (SOURCES)")
     parser.add_argument("--throughput-batches", type=int, default=100)
     parser.add_argument("--pipeline", action="store_true", help="the pipeline's table (ResAttNet-18, 48^3) instead")
     parser.add_argument("--pipeline-batch", type=int, default=4)
@@ -206,64 +230,79 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(f"no shaped links here: {reason}")
         table = PIPELINE if args.pipeline else CONTENDERS
         names = list(PIPELINE) if args.pipeline else [n for n in args.contenders if n not in SAME_TRAFFIC]
-        for rate in args.links:
+        names += [SAME_TRAFFIC[n] for n in args.contenders if n in SAME_TRAFFIC and SAME_TRAFFIC[n] not in names]
+        for source in args.sources:
             for name in names:
-                if any(r["name"] == name and r["link"] == rate for r in results["throughput"]):
+                if any(r["name"] == name and r["link"] == source for r in results["throughput"]):
                     continue
-                with ShapedLink(None if rate == "unshaped" else rate) as link:
-                    measured = throughput(args, name, 1e-4 if args.pipeline else best_lr(name), link, table)
+                measured = throughput(args, name, 1e-4 if args.pipeline else best_lr(name), source, table)
                 results["throughput"].append(measured)
                 save()
-                print(f"[{name} {rate}] {measured['samples_per_s']:.0f} samples/s, {measured['bytes_per_sample']:.0f} B/sample")
+                print(f"[{name} {source}] {measured['samples_per_s']:.0f} samples/s, {measured['bytes_per_sample']:.0f} B/sample")
     report = pipeline_report(args, results) if args.pipeline else accuracy_report(args, results, best_lr)
     (path.with_suffix(".md")).write_text(report)
     print(report)
 
 
 def accuracy_report(args, results: dict, best_lr) -> str:
+    """Two tables: the samples each contender needs (against DDP's), and its time to the target under each
+    source (against DDP's under the same source); then each source's best of each family."""
     rate_of = {(r["name"], r["link"]): r for r in results["throughput"]}
-    rate_of.update({(name, link): rate_of[(other, link)] for name, other in SAME_TRAFFIC.items() for link in args.links
-                    if (other, link) in rate_of})
-    lines = [f"Time to {args.target:.0%} test accuracy ({args.model}, 2 ranks, batch {BATCH} each, momentum 0.9), "
-             f"median of seeds {args.seeds}; each contender at its best learning rate of {args.lrs}.", "",
-             "| contender | lr | samples to target (median, range) | reached | final acc | "
-             + " | ".join(f"{link}: s (x DDP)" for link in args.links) + " | bytes/sample |",
-             "|---|---|---|---|---|" + "---|" * len(args.links) + "---|"]
-    times: dict[tuple[str, str], float] = {}
+    rate_of.update({(name, source): rate_of[(other, source)] for name, other in SAME_TRAFFIC.items()
+                    for source in args.sources if (other, source) in rate_of})
+    samples_of: dict[str, list[int]] = {}
+    lines = [f"Samples to {args.target:.0%} test accuracy ({args.model}, 2 ranks, batch {BATCH} each, momentum 0.9), "
+             f"seeds {args.seeds}; each contender at its best learning rate of {args.lrs} (the median over seeds "
+             f"{args.sweep_seeds}); samples counted every {args.batches_per_epoch * BATCH * RANKS}.", "",
+             "| contender | lr | samples to target (median, range) | x DDP's samples | reached | final acc |",
+             "|---|---|---|---|---|---|"]
     for name in args.contenders:
         lr = best_lr(name)
         runs = [r for r in results["trajectories"] if r["name"] == name and r["lr"] == lr and r["seed"] in args.seeds]
         samples = [r["samples_to_target"] for r in runs if r["samples_to_target"]]
+        if runs and len(samples) == len(runs):
+            samples_of[name] = samples
         finals = [r["final_acc"] for r in results["final"] if r["name"] == name and r["lr"] == lr] or \
                  [r["final_acc"] for r in runs]
-        for link in args.links:
-            measured = rate_of.get((name, link))
-            if measured and len(samples) == len(runs) and runs:
-                times[(name, link)] = median([s / measured["samples_per_s"] for s in samples])
-        cells = []
-        for link in args.links:
-            t, ddp = times.get((name, link)), times.get(("ddp", link))
-            cells.append(f"{t:.1f} ({ddp / t:.2f}x)" if t and ddp else (f"{t:.1f}" if t else "n/a"))
-        shaped = [rate_of[(name, link)]["bytes_per_sample"] for link in args.links
-                  if (name, link) in rate_of and rate_of[(name, link)]["bytes_per_sample"]]
+        ddp = median(samples_of.get("ddp", []))
+        ratio = f"{median(samples) / ddp:.2f}x" if samples and ddp == ddp else "-"
         spread = f"{min(samples)}-{max(samples)}" if samples else "-"
-        lines.append(f"| {name} | {lr} | {median(samples):.0f} ({spread}) | {len(samples)}/{len(runs)} | "
-                     f"{median([f for f in finals if f is not None]):.4f} | " + " | ".join(cells)
-                     + f" | {median(shaped):.0f} |")
+        lines.append(f"| {name} | {lr} | {median(samples):.0f} ({spread}) | {ratio} | {len(samples)}/{len(runs)} | "
+                     f"{median([f for f in finals if f is not None]):.4f} |")
+    times: dict[tuple[str, str], float] = {}
+    for name, samples in samples_of.items():
+        for source in args.sources:
+            if (name, source) in rate_of:
+                times[(name, source)] = median([n / rate_of[(name, source)]["samples_per_s"] for n in samples])
+    lines += ["", f"Time to {args.target:.0%}: each seed's samples over the samples per second measured under the source "
+              "(median over seeds; `x DDP`: DDP's time over the contender's under the same source, above 1 faster).", "",
+              "| contender | " + " | ".join(f"{source}: s (x DDP)" for source in args.sources) + " | B/sample on a link |",
+              "|---|" + "---|" * len(args.sources) + "---|"]
+    for name in args.contenders:
+        cells = []
+        for source in args.sources:
+            t, ddp = times.get((name, source)), times.get(("ddp", source))
+            cells.append(f"{t:.1f} ({ddp / t:.2f}x)" if t and ddp else (f"{t:.1f}" if t else "n/a"))
+        shaped = [rate_of[(name, source)]["bytes_per_sample"] for source in args.sources
+                  if (name, source) in rate_of and SOURCES[source][0] is not None]
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {median(shaped):.0f} |")
+    families = {"the delayed all-reduce (DGA)": "dga_", "the delayed all-reduce (Pipe-SGD)": "pipe_",
+                "local SGD": ("local_", "stream_"), "PowerSGD": "powersgd_"}
     ceiling = times.get(("ddp", "unshaped"))
-    if ceiling:
-        lines += ["", f"Each link's best contender, against DDP under the link and DDP without one ({ceiling:.1f} s; "
-                  "communication over the loopback is not free, so a contender that communicates less can beat it):", ""]
-        for link in args.links:
-            ranked = sorted((t, n) for (n, l), t in times.items() if l == link)
-            if ranked and ("ddp", link) in times:
-                t, n = ranked[0]
-                lines.append(f"- {link}: DDP {times[('ddp', link)]:.1f} s, best {n} {t:.1f} s = "
-                             f"{times[('ddp', link)] / t:.2f}x DDP (the link makes DDP {times[('ddp', link)] / ceiling:.1f}x "
-                             f"slower than without it); the best takes {t / ceiling:.2f}x "
-                             "unshaped DDP's time")
-    lines += ["", f"Samples are counted at epoch ends ({args.batches_per_epoch * BATCH * RANKS} samples an epoch); "
-              "a contender that misses the target in a seed gets no time (n/a)."]
+    lines += ["", "Each source's best of each family, against DDP under the same source"
+              + (f" (DDP unshaped: {ceiling:.1f} s)" if ceiling else "") + ":", ""]
+    for source in args.sources:
+        ddp = times.get(("ddp", source))
+        if not ddp:
+            continue
+        best = []
+        for family, prefix in families.items():
+            ranked = sorted((t, n) for (n, s), t in times.items() if s == source and n.startswith(prefix))
+            if ranked:
+                best.append(f"{family} {ranked[0][1]} {ranked[0][0]:.1f} s ({ddp / ranked[0][0]:.2f}x)")
+        lines.append(f"- {source}: DDP {ddp:.1f} s" + (f" ({ddp / ceiling:.1f}x its unshaped time)" if ceiling else "")
+                     + "; " + "; ".join(best))
+    lines += ["", "A contender that misses the target in a seed gets no time (n/a)."]
     return "\n".join(lines) + "\n"
 
 
@@ -271,12 +310,12 @@ def pipeline_report(args, results: dict) -> str:
     lines = ["Pipeline against data parallelism: ResAttNet-18 on 48^3 volumes, 2 ranks, "
              f"batch {args.pipeline_batch} per rank (the pipeline: 2 stages, the batch in micro-batches): "
              "training time per sample (ms) inside each link, and against DDP's under the same link.", "",
-             "| contender | " + " | ".join(f"{link}: ms/sample (x DDP)" for link in args.links) + " |",
-             "|---|" + "---|" * len(args.links)]
+             "| contender | " + " | ".join(f"{link}: ms/sample (x DDP)" for link in args.sources) + " |",
+             "|---|" + "---|" * len(args.sources)]
     ms = {(r["name"], r["link"]): 1000 / r["samples_per_s"] for r in results["throughput"]}
     for name in PIPELINE:
         cells = [f"{ms[(name, link)]:.1f} ({ms[('ddp', link)] / ms[(name, link)]:.2f}x)" if (name, link) in ms
-                 and ("ddp", link) in ms else "n/a" for link in args.links]
+                 and ("ddp", link) in ms else "n/a" for link in args.sources]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines += ["", "The link's byte count covers whole runs (the pipeline's set-up and its checkpoint gathered to "
               "rank 0 included), not only the timed batches: it is in the JSON, not in this table."]

@@ -4,6 +4,7 @@ and the split folders of ``clinicadl tsvtools split`` and ``kfold --n_splits 2``
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import nibabel as nib
@@ -117,25 +118,37 @@ def _write(path: Path, rows: list[dict], columns: list[str]) -> None:
     path.write_text("\n".join(["\t".join(columns)] + ["\t".join(str(r[c]) for c in columns) for r in rows]) + "\n")
 
 
-def write_clinicadl2_splits(cohort: dict, root: Path, stratification: str = "sex") -> Path:
-    """ClinicaDL 2.0: ``make_split(labels.tsv, stratification=[sex])`` then ``make_kfold(split/train.tsv, n_splits=2)``
-    (``clinicadl/split/make_splits``): ``split/`` with ``train.tsv``, ``train_baseline.tsv``, ``test_baseline.tsv``,
+def write_clinicadl2_splits(cohort: dict, root: Path, stratification: str = "sex", longitudinal: bool = False,
+                            subset_name: str = "validation", test_longitudinal: bool = False) -> Path:
+    """ClinicaDL 2.0: ``make_split(labels.tsv, stratification=[sex], longitudinal=test_longitudinal)`` then
+    ``make_kfold(split/train.tsv, n_splits=2, subset_name=subset_name, longitudinal=longitudinal)``
+    (``clinicadl/split/make_splits``, ``write_to_tsv``): ``split/`` with ``train.tsv``, ``train_baseline.tsv``,
+    ``test_baseline.tsv`` (and ``test.tsv``, every session of the test subjects, when longitudinal) and
     ``single_split_config.json``; ``split/2_fold/split-<i>/`` with ``train.tsv``, ``train_baseline.tsv``,
-    ``validation_baseline.tsv``, and ``kfold_config.json``. Their columns: ``participant_id``, ``session_id`` and
-    the stratification column, no diagnosis. Returns ``split/``."""
+    ``<subset_name>_baseline.tsv`` (and ``<subset_name>.tsv`` when longitudinal), and ``kfold_config.json``
+    (the config's fields: subset_name, stratification, longitudinal, seed, n_splits). Their columns:
+    ``participant_id``, ``session_id`` and the stratification column, no diagnosis. Returns ``split/``."""
     columns = ["participant_id", "session_id", stratification]
     split = root / "split"
     train = cohort["everyone"] - cohort["test"]
     _write(split / "test_baseline.tsv", _chosen(cohort, cohort["test"], True, columns), columns)
+    if test_longitudinal:
+        _write(split / "test.tsv", _chosen(cohort, cohort["test"], False, columns), columns)
     _write(split / "train_baseline.tsv", _chosen(cohort, train, True, columns), columns)
     _write(split / "train.tsv", _chosen(cohort, train, False, columns), columns)
-    (split / "single_split_config.json").write_text('{"subset_name": "test", "longitudinal": false, "n_test": 2}\n')
+    (split / "single_split_config.json").write_text(json.dumps(
+        {"subset_name": "test", "stratification": [stratification], "longitudinal": test_longitudinal, "seed": None,
+         "n_test": 2, "p_categorical_threshold": 0.8, "p_continuous_threshold": 0.8}))
     for i, validation in enumerate(cohort["folds"]):
         fold = split / "2_fold" / f"split-{i}"
-        _write(fold / "validation_baseline.tsv", _chosen(cohort, validation, True, columns), columns)
+        _write(fold / f"{subset_name}_baseline.tsv", _chosen(cohort, validation, True, columns), columns)
+        if longitudinal:
+            _write(fold / f"{subset_name}.tsv", _chosen(cohort, validation, False, columns), columns)
         _write(fold / "train_baseline.tsv", _chosen(cohort, train - validation, True, columns), columns)
         _write(fold / "train.tsv", _chosen(cohort, train - validation, False, columns), columns)
-    (split / "2_fold" / "kfold_config.json").write_text('{"subset_name": "validation", "n_splits": 2}\n')
+    (split / "2_fold" / "kfold_config.json").write_text(json.dumps(
+        {"subset_name": subset_name, "stratification": stratification, "longitudinal": longitudinal, "seed": None,
+         "n_splits": 2}))
     return split
 
 

@@ -45,9 +45,40 @@ def test_each_group_checks_its_values_naming_the_key_to_set():
 def test_a_group_is_made_from_a_mapping_and_unknown_keys_are_refused_naming_the_known():
     hydra_group = OmegaConf.create({"image_shape": [32, 32, 32], "spacing": [3, 3, 3]})
     assert settings(View, hydra_group) == View(image_shape=(32, 32, 32), spacing=(3.0, 3.0, 3.0))
-    assert settings(View, None) == View() and settings(View, View(downsample=2)).downsample == 2
+    assert settings(View, View(downsample=2)).downsample == 2
     with pytest.raises(TypeError, match="view has no 'spacings'; its settings are image_shape, spacing, downsample"):
         settings(View, {"spacings": 2})
+
+
+def test_none_is_off_where_a_group_can_be_off_and_refused_elsewhere():
+    """cache=None and augment=None (Hydra's null too) mean nothing cached and no augmentation, as before the
+    grouping; a view or split cannot be off: None there is refused, saying what to give."""
+    assert settings(Cache, None).where is None and settings(Augment, None).where is None
+    assert settings(Cache, OmegaConf.create({"where": None})).where is None
+    for group, name in ((View, "view"), (Split, "split"), (Source, "source")):
+        with pytest.raises(TypeError, match=rf"{name}=None: {name} cannot be off; leave it out for its defaults"):
+            settings(group, None)
+
+
+def test_python_users_of_the_flat_settings_are_told_where_each_went(tmp_path):
+    """The keywords of ADNIDataModule before its settings were grouped are answered as the command line
+    answers them; a value where a group goes says how to write it; a key in the wrong group names its group."""
+    from lightning_hybrid.data import ADNIDataModule
+
+    source = {"csv_path": tmp_path / "missing.csv"}
+    with pytest.raises(TypeError, match=r"settings are in groups now:\ncaps_directory='c' -> source=\{'caps_directory': 'c'\}"
+                       r"\nimage_shape=\[8, 8, 8\] -> view=\{'image_shape': \[8, 8, 8\]\}\ncache_dir='d' -> cache=\{'dir': 'd'\}"
+                       r"\nbaseline=True -> split=\{'baseline': True\}"):
+        ADNIDataModule(source, caps_directory="c", image_shape=[8, 8, 8], cache_dir="d", baseline=True)
+    with pytest.raises(TypeError, match=r"unexpected keyword argument\(s\) 'colour'"):
+        ADNIDataModule(source, colour="blue")
+    with pytest.raises(TypeError, match=r"split must be a Split or a mapping of its fields, e.g. split=\{'fold': 3\}, got 3"):
+        settings(Split, 3)
+    with pytest.raises(TypeError, match=r"split has no 'caps_directory': 'caps_directory' belongs to source "
+                       r"\(source=\{'caps_directory': ...\}\)"):
+        settings(Split, {"caps_directory": "c"})
+    with pytest.raises(TypeError, match=r"augment must be an Augment or a mapping"):
+        settings(Augment, "device")
 
 
 def test_both_augmentation_paths_draw_from_the_groups_probabilities():

@@ -46,27 +46,114 @@ def diagnoses_right(cohort: dict, dm: ADNIDataModule) -> bool:
     return all(s.label == dm.labels.index(diagnosis[s.subject]) for scans in dm.splits.values() for s in scans)
 
 
-def test_each_fold_of_a_kfold_beside_a_single_split_is_the_fold_asked_for(cohort):
-    """tsvtools split --subset_name validation, then tsvtools kfold split/train.tsv: split=K is fold K, not the
-    single split beside it; no fold asked for is the single split, as clinicadl train reads it."""
-    split = cohort["split"]
-    single_validation = cohort["folds"][1]
-    write_tsv(split / "train.tsv", [r for r in cohort["rows"] if subject_key(r["participant_id"])
-                                    in keys(cohort["everyone"] - cohort["test"] - single_validation)])
+def loaded_as(cohort: dict, tsv_path, **split) -> ADNIDataModule:
+    dm = ADNIDataModule({"caps_directory": cohort["caps"], "tsv_path": tsv_path}, split=split, **SMALL)
+    dm.setup()
+    return dm
+
+
+def sessions_of(dm: ADNIDataModule) -> dict[str, set[tuple[str, str]]]:
+    return {split: {(s.subject, s.session) for s in scans} for split, scans in dm.splits.items()}
+
+
+def cohort_sessions(cohort: dict, names: set[str], baseline: bool) -> set[tuple[str, str]]:
+    chosen = {(subject_key(r["participant_id"]), session_id(r["session_id"])) for r in cohort["rows"]
+              if subject_key(r["participant_id"]) in keys(names)}
+    return {(s, t) for s, t in chosen if t == "ses-M000"} if baseline else chosen
+
+
+# ClinicaDL's rules, as its code reads a split folder (the tests cannot install it):
+# - 1.6.1 (`clinicadl train CAPS PREP TSV_PATH ...`, `split_manager`): with `--n_splits N` it reads
+#   TSV_PATH/split-K/ (K of --split), else the single split in TSV_PATH itself; train.tsv (train_baseline.tsv with
+#   --baseline), validation_baseline.tsv (validation.tsv with --valid_longitudinal).
+# - 1.0-1.1 (a TSV per diagnosis): with --n_splits N, TSV_PATH/train_splits-N/split-K/<dx>.tsv and
+#   validation_splits-N/split-K/<dx>_baseline.tsv; without, TSV_PATH/train/<dx>.tsv and validation/<dx>_baseline.tsv.
+# - 2.0 (`KFold(split_dir)`, `SingleSplit(split_dir)`): the folder's kfold_config.json / single_split_config.json
+#   names the subset and says whether it is longitudinal; training reads train.tsv, validation <subset>.tsv when
+#   longitudinal, else <subset>_baseline.tsv.
+# Here a fold without split.folds, where both a single split and a k-fold lie, determines nothing: refused.
+
+def write_single_split_beside(cohort: dict) -> set[str]:
+    """1.6.1's `tsvtools split split/train.tsv --subset_name validation` beside the k-fold: fold 1's validation
+    subjects, so that the single split's sets differ from fold 0's."""
+    split, single_validation = cohort["split"], cohort["folds"][1]
+    train = cohort["everyone"] - cohort["test"] - single_validation
+    write_tsv(split / "train.tsv", [r for r in cohort["rows"] if subject_key(r["participant_id"]) in keys(train)])
     write_tsv(split / "validation_baseline.tsv", [r for r in cohort["rows"] if subject_key(r["participant_id"])
                                                   in keys(single_validation) and session_id(r["session_id"]) == "ses-M000"])
-    folds = [subjects_of(loaded(cohort, split, k)) for k in (0, 1)]
-    assert folds == [expected(cohort, 0), expected(cohort, 1)]
-    assert subjects_of(loaded(cohort, split, None)) == expected(cohort, 1) != folds[0]
+    return single_validation
+
+
+def test_clinicadl161_a_single_split_beside_a_kfold_is_read_as_clinicadl_train_reads_it(cohort):
+    """No fold: the single split (clinicadl train without --n_splits); folds=2 and fold=K: the k-fold's fold K
+    (--n_splits 2 --split K); a fold without folds is refused naming both choices."""
+    write_single_split_beside(cohort)
+    split = cohort["split"]
+    assert subjects_of(loaded_as(cohort, split)) == expected(cohort, 1)  # the single split: fold 1's subjects
+    assert subjects_of(loaded_as(cohort, split, fold=0, folds=2)) == expected(cohort, 0)
+    assert subjects_of(loaded_as(cohort, split, fold=1, folds=2)) == expected(cohort, 1)
+    for fold in (0, 1):
+        with pytest.raises(ClinicaDLFormatError, match=rf"a single split and a k-fold \(2_fold\), and split.fold={fold} "
+                           rf"without split.folds names neither: data.split.fold=null reads the single split .* "
+                           rf"data.split.folds=2 data.split.fold={fold} reads fold {fold} of the k-fold"):
+            loaded_as(cohort, split, fold=fold)
+    with pytest.raises(ClinicaDLFormatError, match=r"split.folds=5, but .* holds 2_fold: set data.split.folds"):
+        loaded_as(cohort, split, fold=0, folds=5)
     shutil.copytree(split / "2_fold", split / "2_fold_2")  # a second k-fold, as tsvtools names it
     with pytest.raises(ClinicaDLFormatError, match=r"2 k-folds \(2_fold, 2_fold_2\) and a single split: .* ambiguous"):
-        loaded(cohort, split, 1)
+        loaded_as(cohort, split, fold=1, folds=2)
+
+
+def test_clinicadl1_a_single_split_beside_a_kfold_follows_the_same_rule(cohort, tmp_path):
+    train = write_clinicadl1_splits(cohort, tmp_path / "clinicadl1")
+    single_validation = cohort["folds"][1]
+    for folder, names, baseline_only in ((train / "train", cohort["everyone"] - cohort["test"] - single_validation, False),
+                                         (train / "validation", single_validation, True)):
+        for dx, spelled_as in (("AD", {"AD"}), ("CN", {"CN", "NC"})):
+            rows = [r for r in cohort["rows"] if subject_key(r["participant_id"]) in keys(names) and r["diagnosis"] in spelled_as]
+            write_tsv(folder / f"{dx}_baseline.tsv", [r for r in rows if session_id(r["session_id"]) == "ses-M000"])
+            if not baseline_only:
+                write_tsv(folder / f"{dx}.tsv", rows)
+    assert subjects_of(loaded_as(cohort, train)) == expected(cohort, 1)  # was refused: 1.6.1 reads the single split
+    assert subjects_of(loaded_as(cohort, train, fold=0, folds=2)) == expected(cohort, 0)
+    with pytest.raises(ClinicaDLFormatError, match=r"a single split and a k-fold \(train_splits-2\), and split.fold=0"):
+        loaded_as(cohort, train, fold=0)
+
+
+@pytest.mark.parametrize("subset_name", ["validation", "val"])
+def test_clinicadl2_longitudinal_kfold_is_read_as_its_record_says(cohort, tmp_path, subset_name):
+    """make_kfold(longitudinal=True): 2.0's KFold validates on <subset>.tsv, every session of the validation
+    subjects; make_split(longitudinal=True): the test set is test.tsv. Read so without being told; an explicit
+    setting against the record is refused naming both."""
+    root = tmp_path / "clinicadl2"
+    root.mkdir()
+    shutil.copy(cohort["caps"].parent / "labels.tsv", root / "labels.tsv")
+    split = write_clinicadl2_splits(cohort, root, longitudinal=True, subset_name=subset_name, test_longitudinal=True)
+    for fold in (0, 1):
+        dm = loaded_as(cohort, split, fold=fold)
+        got = sessions_of(dm)
+        assert got["val"] == cohort_sessions(cohort, cohort["folds"][fold], baseline=False)  # 2.0's KFold: validation.tsv
+        assert got["test"] == cohort_sessions(cohort, cohort["test"], baseline=False)  # 2.0: test.tsv
+        assert len(got["test"]) > len(cohort_sessions(cohort, cohort["test"], baseline=True))
+        assert got["train"] == cohort_sessions(cohort, cohort["everyone"] - cohort["test"] - cohort["folds"][fold], False)
+    with pytest.raises(ClinicaDLFormatError, match=r"split.valid_longitudinal=false, but .*kfold_config.json says the "
+                       r"validation subset is longitudinal .* data.split.valid_longitudinal=null"):
+        loaded_as(cohort, split, fold=0, valid_longitudinal=False)
+    baseline_root = tmp_path / "clinicadl2_baseline"
+    baseline_root.mkdir()
+    shutil.copy(cohort["caps"].parent / "labels.tsv", baseline_root / "labels.tsv")
+    baseline = write_clinicadl2_splits(cohort, baseline_root, subset_name=subset_name)
+    got = sessions_of(loaded_as(cohort, baseline, fold=1))
+    assert got["val"] == cohort_sessions(cohort, cohort["folds"][1], baseline=True)
+    assert got["test"] == cohort_sessions(cohort, cohort["test"], baseline=True)
+    with pytest.raises(ClinicaDLFormatError, match=r"split.valid_longitudinal=true, but .* baseline sessions only"):
+        loaded_as(cohort, baseline, fold=1, valid_longitudinal=True)
 
 
 def test_a_fold_asked_of_a_single_split_is_refused(cohort):
     shutil.rmtree(cohort["split"] / "2_fold")
     write_tsv(cohort["split"] / "validation_baseline.tsv", [])
-    with pytest.raises(ClinicaDLFormatError, match=r"split.fold=2 asks for fold 2 of a k-fold, but .* is a single split"):
+    with pytest.raises(ClinicaDLFormatError, match=r"split.fold=2 asks for a fold of a k-fold, but .* is a single split"):
         loaded(cohort, cohort["split"], 2)
 
 

@@ -15,12 +15,15 @@ from typing import Any
 
 import lightning.pytorch as pl
 import torch
+from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 
 from lightning_hybrid.devices import PeakMemory
 from lightning_hybrid.say import say
+from lightning_hybrid.lightning.strategies.parameter_server import ParameterServerStrategy
 
 from lightning_hybrid.sim.contention import check_cores
+from lightning_hybrid.sim.latency import CollectiveLatency, latent_allreduce_hook
 from lightning_hybrid.sim.slowdown import SlowBatches, StepStretcher, check_where
 from lightning_hybrid.transfer import load_transferred, read_state_dict, transfer_checkpoint
 
@@ -163,9 +166,12 @@ class HeterogeneitySimulator(pl.Callback):
         straggle_prob: per-step (``where="data"``: per-batch) probability of a transient straggler, on every rank.
         straggle_factor: how much slower a straggler step is.
         seed: straggler draws use ``(seed, rank)``, so runs are reproducible.
-        collective_latency_s: seconds of simulated network latency added to every gradient
-            collective, for strategies that can take it (``AllReduceASGDStrategy``): a
-            communication-bound setting on one machine.
+        collective_latency_s: seconds of simulated network latency: every collective's completion
+            is that much later than its data's, its caller not blocked meanwhile
+            (:class:`~lightning_hybrid.sim.latency.CollectiveLatency`; DDP's buckets through a
+            communication hook): what a long link does to DDP, local SGD and the delayed all-reduce,
+            on one machine. The parameter-server strategies' point-to-point messages are not
+            delayed: refused there.
         where: ``"compute"``, ``"after_step"`` or ``"data"`` (see above).
         affinity: one entry per rank: the CPU cores it is pinned to (``os.sched_setaffinity``), or
             ``None`` to leave it where it is; ``None`` for no pinning.
@@ -207,6 +213,7 @@ class HeterogeneitySimulator(pl.Callback):
         self._work_clock: Any = time.process_time
         self._step_start: float | None = None
         self._strategy: Any = None
+        self._latency: CollectiveLatency | None = None
 
     @property
     def active(self) -> bool:
@@ -232,11 +239,12 @@ class HeterogeneitySimulator(pl.Callback):
             )
 
     def check_strategy(self, strategy: Any) -> None:
-        """Raise a ValueError when a collective latency is asked of a strategy that cannot take it."""
-        if self.collective_latency_s > 0 and not hasattr(strategy, "inject_collective_latency"):
+        """Raise a ValueError when a collective latency is asked of a strategy whose messages it does not delay."""
+        if self.collective_latency_s > 0 and isinstance(strategy, ParameterServerStrategy):
             raise ValueError(
-                f"sim.collective_latency_s={self.collective_latency_s} needs a strategy that can add latency to its "
-                f"collectives (AllReduceASGDStrategy: strategy=allreduce_asgd); {type(strategy).__name__} cannot."
+                f"sim.collective_latency_s={self.collective_latency_s} delays collectives (all-reduces: DDP, local SGD, "
+                f"the delayed all-reduce); {type(strategy).__name__}'s workers reach their server point to point, "
+                "which it does not delay. Set sim.collective_latency_s=0, or measure a real link (benchmarks/slow_link.py)."
             )
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -248,8 +256,9 @@ class HeterogeneitySimulator(pl.Callback):
             return
         self.check_world_size(trainer.world_size)
         self.check_strategy(trainer.strategy)
-        if self.collective_latency_s > 0:
-            trainer.strategy.inject_collective_latency(self.collective_latency_s)
+        if self.collective_latency_s > 0 and self._latency is None:
+            self._latency = CollectiveLatency(self.collective_latency_s).install()
+            log.info("rank %d: simulated collective latency %.3f s", trainer.global_rank, self.collective_latency_s)
         rank = trainer.global_rank
         cores = self.affinity[rank] if self.affinity is not None else None
         if cores is not None:
@@ -294,10 +303,20 @@ class HeterogeneitySimulator(pl.Callback):
 
         strategy.process_dataloader = process_dataloader
 
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """DDP's buckets reach the network from C++; with a latency, through a hook that the latency delays
+        (a strategy that registered a hook of its own calls torch.distributed from it)."""
+        model = trainer.strategy.model
+        if self._latency is not None and isinstance(model, DistributedDataParallel) and not model._comm_hooks:
+            model.register_comm_hook(model.process_group, latent_allreduce_hook)
+
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if self._strategy is not None:
             vars(self._strategy).pop("process_dataloader", None)
             self._strategy = None
+        if self._latency is not None and stage == "fit":
+            self._latency.uninstall()
+            self._latency = None
 
     @staticmethod
     def _wall_minus_waits(trainer: pl.Trainer) -> Any:

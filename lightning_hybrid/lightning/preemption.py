@@ -49,7 +49,8 @@ import lightning.pytorch as pl
 from lightning.fabric.utilities.data import _set_sampler_epoch
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from lightning_hybrid.lightning.strategies.meeting import meeting
+from lightning_hybrid.lightning.strategies.common import CheckedDDPStrategy
+from lightning_hybrid.lightning.strategies.meeting import Deferred, meeting
 
 log = logging.getLogger(__name__)
 
@@ -217,6 +218,10 @@ class Preemption(pl.Callback):
         self._trainer = trainer
         self._install()
         agreement = meeting(trainer).attach()
+        if stage == "fit" and not isinstance(trainer.strategy, CheckedDDPStrategy) and trainer.world_size > 1:
+            # Lightning's own strategies (ddp): the stop agreed a step late, as our synchronous ones agree it,
+            # never a collective waited for before each batch (ours choose at their setup, after this).
+            agreement.agree_by(Deferred(lag=max(int(trainer.accumulate_grad_batches or 1), 1)))
         if self.received is not None:  # asked for before the meeting existed (set-up)
             agreement.request_stop(signal.Signals[self.received])
 

@@ -1,7 +1,10 @@
 # Generated from lightning_hybrid/strategies/allreduce_asgd.py by `python tools/generate_lightning_namespace.py`: edit that file, not this one.
-"""AllReduceASGDStrategy: ring all-reduce data parallelism whose gradients are applied with a delay.
+"""AllReduceASGDStrategy: ring all-reduce data parallelism whose exchange runs in the background and
+is applied a fixed number of steps later.
 
-Lightning glue only; the algorithm is :class:`lightning_hybrid.comm.DelayedAllReduce`.
+Lightning glue only; the algorithms are :class:`lightning_hybrid.comm.delayed_averaging.DelayedGradientAveraging`
+(``method="dga"``, the default) and :class:`lightning_hybrid.comm.delayed_allreduce.DelayedAllReduce`
+(``method="pipe_sgd"``).
 """
 
 from __future__ import annotations
@@ -16,110 +19,150 @@ from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_warn
 
 from lightning_hybrid.comm.delayed_allreduce import DelayedAllReduce, learning_rates, step_at, validate
+from lightning_hybrid.comm.delayed_averaging import DelayedGradientAveraging
 from lightning_hybrid.parameter_server.update_rule import MOMENTUM_CORRECTIONS, UpdateRule
 from lightning_hybrid.lightning.strategies import common
-from lightning_hybrid.lightning.strategies.meeting import Agreement, Deferred, EveryBatch
+from lightning_hybrid.lightning.strategies.meeting import Agreement, Carried, EveryBatch
+from lightning_hybrid.lightning.strategies.rank_states import RankStates
 
-
-#: Where a checkpoint written between sync points keeps the pending averages.
+#: Where a checkpoint written between sync points keeps the pending averages (``method="pipe_sgd"``:
+#: the same on every rank).
 PENDING_KEY = "lightning_hybrid_pending_averages"
+METHODS = ("dga", "pipe_sgd")
 
 
-class AllReduceASGDStrategy(common.UnwrappedDDPStrategy):
+def check_settings(method: str, delay: int, compensation: str | None, dc_lambda: float, bucket_size_mb: float,
+                   warmup_steps: int, momentum_correction: str | None) -> str | None:
+    """Raise a ValueError naming the setting that is wrong; return the momentum correction that applies."""
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS} (dga: each rank steps with its own gradient and corrects by "
+                         f"the average later; pipe_sgd: only the average, applied late), got {method!r}")
+    validate(delay, compensation, dc_lambda, bucket_size_mb)
+    if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
+        raise ValueError(f"warmup_steps must be a non-negative integer, got {warmup_steps!r}")
+    if momentum_correction not in ("auto", None, *MOMENTUM_CORRECTIONS):
+        raise ValueError(f"momentum_correction must be 'auto', None or one of {MOMENTUM_CORRECTIONS}, "
+                         f"got {momentum_correction!r}")
+    if method == "dga":
+        if compensation is not None:
+            raise ValueError(f"compensation={compensation!r} corrects a stale gradient applied late, which only "
+                             "method='pipe_sgd' does; set method='pipe_sgd' (strategy.method=pipe_sgd) or compensation=None")
+        if momentum_correction not in ("auto", None):
+            raise ValueError(f"momentum_correction={momentum_correction!r} lowers the momentum for gradients applied "
+                             "late (method='pipe_sgd'); under method='dga' every rank steps with its own gradient at "
+                             "once: set momentum_correction='auto' (or None), or method='pipe_sgd'")
+        return None
+    return "subtract" if momentum_correction == "auto" else momentum_correction
+
+
+class AllReduceASGDStrategy(RankStates, common.UnwrappedDDPStrategy):
     """Data parallelism whose gradient all-reduce runs in the background and is applied ``delay`` steps later.
 
-    Each optimizer step computes this rank's gradients, starts their bucketed all-reduce with
-    asynchronous collectives, and applies the average that step ``t - delay`` started (none while
-    the pipeline fills), so computation never waits for the network unless the network is slower
-    than ``delay`` steps of compute (Pipe-SGD; Akintoye et al. 2022 combine ring all-reduce with
-    asynchronous SGD). Every average is applied exactly once; at sync points (before validation, at
-    the end of each training epoch, so before checkpoints are written, and at the end of fitting)
-    the pending ones are applied in order. ``delay=0`` is DDP.
+    Each optimizer step starts the bucketed all-reduce of this rank's contribution with asynchronous
+    collectives and uses the average that step ``t - delay`` started, so computation waits for the
+    network only when the network is slower than ``delay`` steps of compute; a rank runs up to
+    ``delay`` steps ahead of the slowest, blocking only on the oldest exchange. Two methods:
+
+    * ``"dga"`` (default; delayed gradient averaging, Zhu et al. 2021): each rank steps with its own
+      gradient at once, and when the average of step ``t - delay`` arrives it corrects its weights
+      (with SGD, its momentum buffers too) as if that average had been its gradient then. The ranks
+      differ only by their last ``delay`` gradients: DDP's sample efficiency, its network hidden.
+      Exactly specified, for SGD and for other optimizers (Adam, AdamW: their moments stay each
+      rank's own), in :mod:`lightning_hybrid.comm.delayed_averaging`.
+    * ``"pipe_sgd"`` (Pipe-SGD, Li et al. 2018; Akintoye et al. 2022 combine ring all-reduce with
+      asynchronous SGD): only the average is applied, ``delay`` steps late, optionally corrected by
+      DC-ASGD (``compensation="dc"``) and with SGD's momentum lowered for the delay's own
+      (``momentum_correction``). Measured (``benchmarks/slow_link.py``) it needs about twice DDP's samples.
+
+    ``delay=0`` is DDP under either method. Every average is applied exactly once; at sync points
+    (before validation, at the end of each training epoch, so before checkpoints are written, and at
+    the end of fitting) the pending ones are applied in order and every rank holds one model.
 
     Args:
         delay: optimizer steps between computing a gradient and applying its average.
-        compensation: ``None``, or ``"dc"`` to apply ``g + dc_lambda * g * g * (w_now - w_then)``
+        method: ``"dga"`` or ``"pipe_sgd"`` (see above).
+        compensation: ``"pipe_sgd"`` only: ``None``, or ``"dc"`` to apply ``g + dc_lambda * g * g * (w_now - w_then)``
             (DC-ASGD, Zheng et al. 2017) where ``w_then`` are the weights the gradient was computed at.
         dc_lambda: DC-ASGD's lambda.
         bucket_size_mb: gradients are flattened into buckets of about this size, one collective each.
-        warmup_steps: the first optimizer steps are synchronous (applied at once).
-        momentum_correction: ``"subtract"`` (default), ``"mean_delay"`` or ``None``: SGD's momentum lowered
-            so that it and the delay's own implicit momentum together are what was configured (the rules
-            of :mod:`lightning_hybrid.parameter_server.update_rule`, with a staleness of ``delay``):
+        warmup_steps: the first optimizer steps are synchronous (DDP's).
+        momentum_correction: ``"pipe_sgd"`` only: ``"subtract"`` (what ``"auto"`` means there),
+            ``"mean_delay"`` or ``None``: SGD's momentum lowered so that it and the delay's own implicit
+            momentum together are what was configured (the rules of
+            :mod:`lightning_hybrid.parameter_server.update_rule`, with a staleness of ``delay``):
             ``"subtract"`` removes ``delay / (1 + delay)`` (0.9 -> 0.4 at ``delay=1``), ``"mean_delay"``
-            keeps the mean delay ``mu / (1 - mu)`` of an update (0.9 -> 0.889: too little here). Logged
-            at setup. Measured (``benchmarks/slow_link.py``, LeNet-5 to 98 %, momentum 0.9, 3 seeds):
-            ``"subtract"`` reached it in every run at every rate of the sweep (131,072 samples, median;
-            DDP 65,536); at their best rate ``None`` needed 1.5x its samples and ``"mean_delay"`` missed it
-            in one seed of three.
+            keeps the mean delay ``mu / (1 - mu)`` of an update (0.9 -> 0.889). Logged at setup.
+            Under ``"dga"`` nothing is stale: ``"auto"`` (None) only.
         process_group_backend: ``None`` (nccl with one process per GPU, otherwise gloo) or a backend name.
         processes_per_device: processes started on each device the Trainer gives (``devices=1,
             processes_per_device=2``: two processes on one GPU, whose group then uses gloo).
 
-    The exchange uses a process group of its own. Works with the optimizer and LR schedulers from
-    ``configure_optimizers``, gradient clipping (of each rank's gradient, before the exchange),
-    accumulation, bf16 precision, checkpoints (at epoch ends nothing is pending) and
+    The exchange uses a process group of its own, and it is the ranks' only meeting between sync
+    points: a stop request (SIGTERM, ...) on any rank rides on its next exchange and every rank stops
+    when that exchange is applied, at the same step (no collective of its own). Works with the
+    optimizer and LR schedulers from ``configure_optimizers``, gradient clipping (of each rank's
+    gradient, before the exchange), accumulation, bf16 precision, checkpoints and
     validate/test/predict. Logged each step: ``asgd/compute_s`` (forward and backward),
-    ``asgd/wait_s`` (blocked on communication) and ``asgd/bytes_sent`` (the gradient bytes the step
-    handed to its all-reduces). The steps that apply pending averages at a sync
-    point are optimizer steps Lightning does not count and do not advance LR schedulers. Each
-    average is applied at the learning rates in force at the step that computed it (what DDP would
-    have used), not those in force when it arrives: an epoch-interval scheduler's change at the end
-    of an epoch does not reach the averages flushed at that epoch's sync point.
+    ``asgd/wait_s`` (blocked on communication) and ``asgd/bytes_sent`` (the bytes the step handed to
+    its all-reduces). Each average is applied at the learning rates in force at the step that
+    computed it (what DDP would have used). Under ``"pipe_sgd"`` the steps that apply pending averages
+    at a sync point are optimizer steps Lightning does not count and do not advance LR schedulers.
 
-    Checkpoints written between sync points (``ModelCheckpoint(every_n_train_steps=N)``) hold the
-    averages still pending (waited for, oldest first); a run resumed from one applies them at the
-    steps the original run does. Refused before workers start: manual optimization, fp16 with a
-    gradient scaler. A ``delay`` of as many optimizer steps as an epoch has, or more
-    (``fast_dev_run``'s one batch), is warned about: every average then waits for the epoch's sync point.
+    Checkpoints written between sync points (a stop, ``ModelCheckpoint(every_n_train_steps=N)``) hold
+    what is in flight: under ``"dga"`` every rank's own weights, optimizer state and pending exchanges
+    (gathered into rank 0's file: the ranks differ there), under ``"pipe_sgd"`` the pending averages; a
+    run resumed from one continues as the original run does. Refused before workers start: manual
+    optimization, fp16 with a gradient scaler. A ``delay`` of as many optimizer steps as an epoch has,
+    or more (``fast_dev_run``'s one batch), is warned about: every average then waits for the epoch's
+    sync point.
 
     Examples:
         >>> import lightning.pytorch as pl
         >>> from lightning_hybrid import AllReduceASGDStrategy
-        >>> strategy = AllReduceASGDStrategy(delay=1, compensation="dc")
+        >>> strategy = AllReduceASGDStrategy(delay=2)
         >>> trainer = pl.Trainer(accelerator="cpu", devices=2, strategy=strategy, logger=False)
-        >>> trainer.strategy.delay, trainer.strategy.compensation
-        (1, 'dc')
+        >>> trainer.strategy.delay, trainer.strategy.method
+        (2, 'dga')
         >>> # trainer.fit(model, datamodule=data)        or strategy="allreduce_asgd" / "allreduce_asgd_dc"
     """
 
     strategy_name = "allreduce_asgd"
     aliases = {
-        "allreduce_asgd": ("All-reduce data parallelism with gradients applied one step late", {}),
-        "allreduce_asgd_dc": ("Delayed all-reduce with DC-ASGD compensation", {"compensation": "dc"}),
+        "allreduce_asgd": ("All-reduce data parallelism, each rank's gradient at once and the average a step late "
+                           "(delayed gradient averaging)", {}),
+        "allreduce_asgd_dc": ("The average alone applied a step late, with DC-ASGD compensation",
+                              {"method": "pipe_sgd", "compensation": "dc"}),
     }
+    #: Where a checkpoint keeps every rank's own state under ``method="dga"`` (:class:`RankStates`).
+    rank_states_key = "lightning_hybrid_delayed_averaging"
 
     def __init__(
         self,
         delay: int = 1,
+        method: str = "dga",
         compensation: str | None = None,
         dc_lambda: float = 0.04,
         bucket_size_mb: float = 25.0,
         warmup_steps: int = 0,
-        momentum_correction: str | None = "subtract",
+        momentum_correction: str | None = "auto",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        validate(delay, compensation, dc_lambda, bucket_size_mb)
-        if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
-            raise ValueError(f"warmup_steps must be a non-negative integer, got {warmup_steps!r}")
-        self.delay = delay
-        self.compensation = compensation
-        self.dc_lambda = dc_lambda
-        self.bucket_size_mb = bucket_size_mb
-        self.warmup_steps = warmup_steps
-        if momentum_correction not in (None, *MOMENTUM_CORRECTIONS):
-            raise ValueError(f"momentum_correction must be None or one of {MOMENTUM_CORRECTIONS}, got {momentum_correction!r}")
-        self.momentum_correction = momentum_correction
+        self._momentum_rule = check_settings(method, delay, compensation, dc_lambda, bucket_size_mb, warmup_steps,
+                                             momentum_correction)
+        self.delay, self.method, self.compensation, self.dc_lambda = delay, method, compensation, dc_lambda
+        self.bucket_size_mb, self.warmup_steps, self.momentum_correction = bucket_size_mb, warmup_steps, momentum_correction
         self._configured_momentum: list[float | None] = []
-        #: Simulated latency added to each collective (set by lightning_hybrid.sim).
-        self.collective_latency_s = 0.0
+        #: ``method="dga"``: the algorithm of this fit.
+        self.averaging: DelayedGradientAveraging | None = None
+        #: ``method="pipe_sgd"``: the exchange of this fit.
         self.exchange: DelayedAllReduce | None = None
+        self._carried: Carried | None = None
         self._steps = 0
         #: Averages started (one per optimizer step) and applied, over the whole fit.
         self.pushed = 0
         self.applied = 0
-        self._restored_pending: list[dict] | None = None  # from a checkpoint written between sync points
+        self._restored_pending: list[dict] | None = None  # pipe_sgd: from a checkpoint written between sync points
 
     # ------------------------------------------------------------------ checks
     def check_trainer(self, trainer: pl.Trainer, model: pl.LightningModule | None) -> None:
@@ -128,9 +171,16 @@ class AllReduceASGDStrategy(common.UnwrappedDDPStrategy):
         common.refuse_grad_scaler("AllReduceASGDStrategy", self.precision_plugin)
 
     # ------------------------------------------------------------------ checkpoints between sync points
+    def ranks_differ(self) -> bool:
+        """Under DGA the ranks differ while an exchange is in flight (the same count on every rank)."""
+        return self.averaging is not None and self.averaging.pending > 0
+
+    def own_state(self) -> Any:
+        assert self.averaging is not None
+        return self.averaging.state_dict()
+
     def save_checkpoint(self, checkpoint: dict[str, Any], filepath: Any, storage_options: Any = None) -> None:
-        """A checkpoint written between sync points (``every_n_train_steps``) also holds the averages
-        still pending, so that a run resumed from it applies them as the original run does."""
+        """A checkpoint written between sync points also holds what is in flight (see the class docstring)."""
         if self.exchange is not None and self.exchange.pending and self.is_global_zero:
             checkpoint = {**checkpoint, PENDING_KEY: self.exchange.pending_state()}
         super().save_checkpoint(checkpoint, filepath, storage_options=storage_options)
@@ -150,56 +200,54 @@ class AllReduceASGDStrategy(common.UnwrappedDDPStrategy):
                 f"set by {cause}): every average is applied at the epoch's sync point, none during the epoch."
             )
 
-    def inject_collective_latency(self, seconds: float) -> None:
-        """Add ``seconds`` to every collective of the exchange (heterogeneity simulation)."""
-        if not seconds >= 0:
-            raise ValueError(f"collective latency must be non-negative, got {seconds}")
-        self.collective_latency_s = float(seconds)
-
     # ------------------------------------------------------------------ setup
     def setup(self, trainer: pl.Trainer) -> None:
         super().setup(trainer)
         if trainer.state.fn != TrainerFn.FITTING:
             return
         optimizer, params = self.setup_exchange(trainer)
-        self.exchange = DelayedAllReduce(
-            params, self.delay, self.bucket_size_mb, group=self.exchange_group, compensation=self.compensation,
-            dc_lambda=self.dc_lambda, latency_s=self.collective_latency_s,
-        )
         self._steps = self.pushed = self.applied = 0
-        self._correct_momentum(optimizer)
-        if self._restored_pending:  # resumed between sync points: the averages the checkpoint held
-            self.exchange.load_pending_state(self._restored_pending)
-            self.pushed = len(self._restored_pending)
-            self._restored_pending = None
+        self._configured_momentum = [group.get("momentum") for group in optimizer.param_groups]
+        if self.method == "dga":
+            self.averaging = DelayedGradientAveraging(common.unwrap_optimizer(optimizer), self.delay, self.bucket_size_mb,
+                                                      group=self.exchange_group)
+            if self.restored is not None and self.restored["own"] is not None:  # resumed between sync points
+                self.averaging.load_state_dict(self.restored["own"])
+                self.pushed = self.averaging.pending
+        else:
+            self.exchange = DelayedAllReduce(params, self.delay, self.bucket_size_mb, group=self.exchange_group,
+                                             compensation=self.compensation, dc_lambda=self.dc_lambda)
+            self._correct_momentum(optimizer)
+            if self._restored_pending:  # resumed between sync points: the averages the checkpoint held
+                self.exchange.load_pending_state(self._restored_pending)
+                self.pushed = len(self._restored_pending)
+                self._restored_pending = None
         self.attach_sync_points(trainer)
 
     def _correct_momentum(self, optimizer: torch.optim.Optimizer) -> None:
         """A gradient applied ``delay`` steps late acts as ``delay`` steps of momentum of its own (the
         implicit momentum of asynchrony, Mitliagkas et al. 2016): lower SGD's explicit momentum so that
         the two together are what the user configured (``momentum_correction``), and say so."""
-        self._configured_momentum = [group.get("momentum") for group in optimizer.param_groups]
-        if not self.delay or self.momentum_correction is None:
+        if not self.delay or self._momentum_rule is None:
             return
-        rule = UpdateRule(momentum_correction=self.momentum_correction)
+        rule = UpdateRule(momentum_correction=self._momentum_rule)
         rule.mean_staleness = float(self.delay)
         for group, configured in zip(optimizer.param_groups, self._configured_momentum):
             if configured:
                 group["momentum"] = rule.momentum(configured)
                 rank_zero_info(f"AllReduceASGDStrategy: a delay of {self.delay} step(s) adds momentum of its own; SGD's "
                                f"momentum {configured:g} -> {group['momentum']:.4g} (momentum_correction="
-                               f"{self.momentum_correction}; None keeps {configured:g})")
+                               f"{self._momentum_rule}; None keeps {configured:g})")
 
     def stop_agreement(self, trainer: pl.Trainer) -> Agreement:
-        """A stop agreed once the delay has passed: agreeing on it in the batch would make a fast rank
-        wait for the slowest at every batch, which the delay is there to avoid."""
-        if trainer.state.fn != TrainerFn.FITTING:
-            return EveryBatch()
-        return Deferred(lag=(self.delay + 1) * max(trainer.accumulate_grad_batches, 1))
+        """The ranks meet only at their exchanges: a stop request rides on the next one, and is agreed
+        when that exchange is applied (``delay`` steps after the request at most)."""
+        self._carried = Carried() if trainer.state.fn == TrainerFn.FITTING else None
+        return self._carried or EveryBatch()
 
     # ------------------------------------------------------------------ the step
     def optimizer_step(self, optimizer: Any, closure: Callable[[], Any], model: Any = None, **kwargs: Any) -> Any:
-        if self.exchange is None:
+        if self.exchange is None and self.averaging is None:
             return super().optimizer_step(optimizer, closure, model, **kwargs)
         model = model or self.lightning_module
         start = time.perf_counter()
@@ -213,28 +261,40 @@ class AllReduceASGDStrategy(common.UnwrappedDDPStrategy):
         return self.precision_plugin.optimizer_step(step, model=model, closure=timed_closure, **kwargs)
 
     def _exchange_and_step(self, optimizer: torch.optim.Optimizer) -> None:
-        exchange = self.exchange
+        exchange = self.averaging.exchange if self.averaging is not None else self.exchange
+        assert exchange is not None and self._carried is not None
         waited, sent = exchange.wait_s, exchange.bytes_sent
-        exchange.push(learning_rates(optimizer))  # applied later at this step's learning rates
-        self.pushed += 1
-        if self._steps < self.warmup_steps:
-            for _ in exchange.drain_into_grads():  # synchronous: this step's average, at once
+        warming_up = self._steps < self.warmup_steps
+        if self.averaging is not None:
+            self.averaging.step(stop=self.requested_stop(), synchronous=warming_up)
+            self.applied = self.averaging.applied
+        else:
+            exchange.push(learning_rates(optimizer), stop=self.requested_stop())  # applied later at this step's rates
+            if warming_up:
+                for _ in exchange.drain_into_grads():  # synchronous: this step's average, at once
+                    step_at(optimizer, exchange.loaded_lrs)
+                    self.applied += 1
+            elif exchange.load_ready_into_grads():
                 step_at(optimizer, exchange.loaded_lrs)
                 self.applied += 1
-        elif exchange.load_ready_into_grads():
-            step_at(optimizer, exchange.loaded_lrs)
-            self.applied += 1
+        self.pushed += 1
         self._steps += 1
+        self._carried.heard(exchange.stop)
         module = self.lightning_module
         module.log("asgd/compute_s", self._compute_s, on_step=True, on_epoch=False)
         module.log("asgd/wait_s", exchange.wait_s - waited, on_step=True, on_epoch=False)
         module.log("asgd/bytes_sent", float(exchange.bytes_sent - sent), on_step=True, on_epoch=False)
 
     def sync_point(self) -> None:
-        """Apply every pending average, oldest first (all ranks call this at the same point)."""
-        if self.exchange is None:
-            return
-        self.applied += self.exchange.apply_pending(self.optimizers[0])
+        """Apply every pending average, oldest first; every rank then holds one model (all ranks call this
+        at the same point)."""
+        if self.averaging is not None:
+            self.averaging.sync()
+            self.applied = self.averaging.applied
+            self._carried.heard(self.averaging.stop)
+        elif self.exchange is not None:
+            self.applied += self.exchange.apply_pending(self.optimizers[0])
+            self._carried.heard(self.exchange.stop)
 
     def on_sync_end(self) -> None:
         self.sync_point()
@@ -245,7 +305,6 @@ class AllReduceASGDStrategy(common.UnwrappedDDPStrategy):
             for group, configured in zip(common.unwrap_optimizer(optimizers[0]).param_groups, self._configured_momentum):
                 if configured is not None:
                     group["momentum"] = configured
-        if self.exchange is not None:
-            self.exchange.close()
-            self.exchange = None
+        self.exchange = self.averaging = None
+        self.restored = None
         super().teardown()

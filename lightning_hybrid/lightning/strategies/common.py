@@ -22,7 +22,7 @@ from lightning_hybrid.comm.collectives import ddp_group, workers_backend
 from lightning_hybrid.pipeline.protocol import pipeline_blocks
 from lightning_hybrid.lightning.strategies.checkpoint_io import AtomicCheckpointIO
 from lightning_hybrid.lightning.strategies.forked_ranks import fork_ranks
-from lightning_hybrid.lightning.strategies.meeting import Agreement, EveryBatch, meeting
+from lightning_hybrid.lightning.strategies.meeting import Agreement, Deferred, EveryBatch, meeting
 from lightning_hybrid.lightning.strategies.process_watch import CHILD_GRACE_S, LAUNCHER_PID_ENV, ProcessWatch, die_with_parent
 
 
@@ -313,9 +313,18 @@ class CheckedDDPStrategy(DDPStrategy):
 
     def stop_agreement(self, trainer: pl.Trainer) -> Agreement:
         """How this strategy's ranks agree before each training batch whether to stop
-        (:mod:`lightning_hybrid.lightning.strategies.meeting`; called at every setup): a MAX all-reduce of the
-        ranks' requests, for ranks that meet in every step anyway."""
+        (:mod:`lightning_hybrid.lightning.strategies.meeting`; called at every setup). Fitting: a MAX all-reduce
+        of the ranks' requests started each step and read at the next (:class:`Deferred`): the ranks
+        meet in every step anyway, and a collective waited for before each batch would add a network
+        round trip to every step. Else one before each batch."""
+        if trainer.state.fn == TrainerFn.FITTING:
+            return Deferred(lag=max(int(trainer.accumulate_grad_batches or 1), 1))
         return EveryBatch()
+
+    def requested_stop(self) -> int:
+        """The signal this rank was asked to stop on (0: none), for an exchange to carry."""
+        module = self.lightning_module
+        return meeting(module.trainer).requested if module is not None and module._trainer is not None else 0
 
     def _setup_model(self, model: torch.nn.Module) -> torch.nn.Module:
         """Lightning's DDP wrapper, over :func:`~lightning_hybrid.comm.collectives.ddp_group` (a group

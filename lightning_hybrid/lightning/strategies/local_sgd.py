@@ -7,7 +7,7 @@ Lightning glue only; the algorithm (exactly specified there) is :class:`lightnin
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import lightning.pytorch as pl
@@ -15,16 +15,14 @@ import torch
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 
-from lightning_hybrid.comm.collectives import all_gather_object
 from lightning_hybrid.comm.local_sgd import LocalSGD, validate
 from lightning_hybrid.lightning.strategies import common
-from lightning_hybrid.lightning.strategies.meeting import Agreement, Deferred, EveryBatch
-
-#: Where a checkpoint keeps LocalSGD's state and every rank's own weights and inner optimizer state.
-STATE_KEY = "lightning_hybrid_local_sgd"
+from lightning_hybrid.lightning.strategies.meeting import Agreement, Carried, EveryBatch
+from lightning_hybrid.lightning.strategies.rank_states import RankStates
 
 
-class LocalSGDStrategy(common.UnwrappedDDPStrategy):
+
+class LocalSGDStrategy(RankStates, common.UnwrappedDDPStrategy):
     """Local SGD with an outer optimizer: the ranks exchange a model-sized average every ``sync_every``
     optimizer steps instead of every step (DiLoCo, Douillard et al. 2023; Streaming DiLoCo with
     ``fragments``), ``delay`` rounds late so that the exchange overlaps the next rounds' compute.
@@ -73,6 +71,8 @@ class LocalSGDStrategy(common.UnwrappedDDPStrategy):
     """
 
     strategy_name = "local_sgd"
+    #: Where a checkpoint keeps LocalSGD's state and every rank's own weights and inner optimizer state.
+    rank_states_key = "lightning_hybrid_local_sgd"
     aliases = {"local_sgd": ("Local SGD with a Nesterov outer optimizer (DiLoCo): an average every 32 steps", {})}
     resumes_mid_epoch = True
 
@@ -83,7 +83,7 @@ class LocalSGDStrategy(common.UnwrappedDDPStrategy):
         self.sync_every, self.delay, self.fragments, self.wire_dtype = sync_every, delay, fragments, wire_dtype
         self.outer_optimizer, self.outer_lr, self.outer_momentum = outer_optimizer, outer_lr, outer_momentum
         self.local: LocalSGD | None = None
-        self._restored: dict[str, Any] | None = None  # from a checkpoint: LocalSGD's state and this rank's own
+        self._carried: Carried | None = None
 
     # ------------------------------------------------------------------ checks
     def check_trainer(self, trainer: pl.Trainer, model: pl.LightningModule | None) -> None:
@@ -91,9 +91,10 @@ class LocalSGDStrategy(common.UnwrappedDDPStrategy):
         common.refuse_grad_scaler("LocalSGDStrategy", self.precision_plugin)
 
     def stop_agreement(self, trainer: pl.Trainer) -> Agreement:
-        """Agreed a batch late, in the background: the ranks meet only at a round's end."""
-        return Deferred(lag=max(trainer.accumulate_grad_batches, 1)) if trainer.state.fn == TrainerFn.FITTING \
-            else EveryBatch()
+        """The ranks meet only at a round's end: a stop request rides on the round's average and is
+        agreed when the average is applied (``sync_every * (delay + 1)`` steps at most)."""
+        self._carried = Carried() if trainer.state.fn == TrainerFn.FITTING else None
+        return self._carried or EveryBatch()
 
     # ------------------------------------------------------------------ setup
     def setup(self, trainer: pl.Trainer) -> None:
@@ -103,8 +104,8 @@ class LocalSGDStrategy(common.UnwrappedDDPStrategy):
         _, params = self.setup_exchange(trainer)
         self.local = LocalSGD(params, self.sync_every, self.delay, self.outer_optimizer, self.outer_lr,
                               self.outer_momentum, self.fragments, self.wire_dtype, group=self.exchange_group)
-        if self._restored is not None:
-            self.local.load_state_dict(self._restored["local"])
+        if self.restored is not None:
+            self.local.load_state_dict(self.restored["shared"])
         self.attach_sync_points(trainer)
 
     def on_sync_start(self, trainer: pl.Trainer) -> None:
@@ -118,7 +119,8 @@ class LocalSGDStrategy(common.UnwrappedDDPStrategy):
         result = super().optimizer_step(optimizer, closure, model, **kwargs)
         if self.local is not None:
             sent, waited = self.local.bytes_sent, self.local.wait_s
-            self.local.after_inner_step()
+            self.local.after_inner_step(stop=self.requested_stop())
+            self._carried.heard(self.local.stop)
             module = self.lightning_module
             module.log("local_sgd/bytes_sent", float(self.local.bytes_sent - sent), on_step=True, on_epoch=False)
             module.log("local_sgd/wait_s", self.local.wait_s - waited, on_step=True, on_epoch=False)
@@ -127,43 +129,21 @@ class LocalSGDStrategy(common.UnwrappedDDPStrategy):
     def sync_point(self) -> None:
         """End every round early, apply every pending average: every rank holds the shared weights."""
         if self.local is not None:
-            self.local.sync()
+            self.local.sync(stop=self.requested_stop())
+            self._carried.heard(self.local.stop)
 
     def on_sync_end(self) -> None:
         self.sync_point()
 
-    # ------------------------------------------------------------------ checkpoints
-    def save_checkpoint(self, checkpoint: dict[str, Any], filepath: Any, storage_options: Any = None) -> None:
-        """Every rank calls this: each rank's own weights and inner optimizer state are gathered to rank 0's file."""
-        if self.local is not None:
-            own = ({k: v.detach().cpu() for k, v in self.lightning_module.state_dict().items()},
-                   self.optimizers[0].state_dict())
-            checkpoint = {**checkpoint, STATE_KEY: {"local": self.local.state_dict(), "ranks": all_gather_object(own)}}
-        super().save_checkpoint(checkpoint, filepath, storage_options=storage_options)
+    # ------------------------------------------------------------------ checkpoints (RankStates)
+    def ranks_differ(self) -> bool:
+        return self.local is not None
 
-    def load_checkpoint(self, checkpoint_path: Any, weights_only: bool | None = None) -> dict[str, Any]:
-        checkpoint = super().load_checkpoint(checkpoint_path, weights_only=weights_only)
-        saved = checkpoint.pop(STATE_KEY, None)
-        self._restored = None
-        if saved is not None:
-            if len(saved["ranks"]) != self.world_size:
-                raise ValueError(f"the checkpoint was written by {len(saved['ranks'])} ranks; this run has {self.world_size}:"
-                                 " LocalSGDStrategy resumes only with as many (each takes its own weights and optimizer)")
-            weights, inner = saved["ranks"][self.global_rank]
-            self._restored = {"local": saved["local"], "weights": weights, "inner": inner}
-        return checkpoint
-
-    def load_model_state_dict(self, checkpoint: Mapping[str, Any], strict: bool = True) -> None:
-        if self._restored is not None:
-            checkpoint = {**checkpoint, "state_dict": self._restored["weights"]}
-        super().load_model_state_dict(checkpoint, strict=strict)
-
-    def load_optimizer_state_dict(self, checkpoint: Mapping[str, Any]) -> None:
-        if self._restored is not None:
-            checkpoint = {**checkpoint, "optimizer_states": [self._restored["inner"]]}
-        super().load_optimizer_state_dict(checkpoint)
+    def shared_state(self) -> Any:
+        assert self.local is not None
+        return self.local.state_dict()
 
     def teardown(self) -> None:
         self.local = None
-        self._restored = None
+        self.restored = None
         super().teardown()

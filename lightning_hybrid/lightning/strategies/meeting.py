@@ -19,8 +19,10 @@ under a strategy that lets it go on); and after every batch each rank checks its
   :class:`EveryBatch` (the default: a MAX all-reduce of the ranks' requested signals, the cost of
   Lightning's broadcast; a request on any rank stops every rank at the same batch, at an optimizer
   step's boundary under gradient accumulation), :class:`Deferred` (the all-reduce started each batch
-  and read ``lag`` batches later: balanced shares and the delayed all-reduce, whose ranks must not
-  wait for each other there), or :class:`ThroughServer` (the parameter-server workers, which never
+  and read ``lag`` batches later: synchronous strategies and balanced shares, whose ranks must not wait
+  for each other there), :class:`Carried` (the delayed all-reduce and local SGD, whose ranks meet only
+  at their exchanges: the request rides on the next exchange), or :class:`ThroughServer` (the
+  parameter-server workers, which never
   meet between sync points: a worker asked to stop tells the server, and every worker stops at its
   next exchange with it, :meth:`BatchMeeting.stop_now`);
 * the agreed signal is the largest requested (SIGTERM over SIGUSR2 over SIGINT), so every rank knows
@@ -96,6 +98,26 @@ class Deferred:
         else:
             self._pending.append(start_all_reduce(torch.tensor([requested]), self.group, op=dist.ReduceOp.MAX))
         return agreed
+
+
+class Carried:
+    """Ranks that meet only at their exchanges (the delayed all-reduce, local SGD): no collective of its
+    own. The strategy sends this rank's request (:attr:`requested`, kept up to date before each batch)
+    with its next exchange, in the exchanged buffer (:mod:`lightning_hybrid.comm.stop_signal`), and
+    reads the signal the exchange carried back (:meth:`heard`) when it applies it: the same step on
+    every rank, up to the exchange's delay after the request."""
+
+    def __init__(self) -> None:
+        self.requested = 0
+        self.agreed = 0
+
+    def __call__(self, requested: int) -> int:
+        self.requested = requested
+        return self.agreed
+
+    def heard(self, signum: int) -> None:
+        """An applied exchange carried ``signum`` (0: no request)."""
+        self.agreed = max(self.agreed, int(signum))
 
 
 class ThroughServer:
