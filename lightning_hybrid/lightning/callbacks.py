@@ -226,7 +226,12 @@ class HeterogeneitySimulator(pl.Callback):
         )
 
     def check_world_size(self, world_size: int) -> None:
-        """Raise a ValueError when ``slowdown`` or ``affinity`` does not give exactly one entry per rank."""
+        """Raise a ValueError when ``slowdown`` or ``affinity`` does not give exactly one entry per rank, or a
+        latency is asked of one process (it has nothing to send)."""
+        if self.collective_latency_s > 0 and world_size < 2:
+            raise ValueError(f"sim.collective_latency_s={self.collective_latency_s} delays what ranks send each other, "
+                             "and this run has one process: set trainer.devices=2 (or more) and a strategy that "
+                             "all-reduces (ddp, allreduce_asgd, local_sgd), or sim.collective_latency_s=0")
         if self.slowdown is not None and len(self.slowdown) != world_size:
             raise ValueError(
                 f"sim.slowdown has {len(self.slowdown)} factors {self.slowdown} but the run has {world_size} "

@@ -45,6 +45,8 @@ def moved_overrides(argv: list[str]) -> list[str]:
         if not sep or name == key:
             continue
         new = MOVED_DATA_KEYS.get(name)
+        if name in ("augment", "cache") and value.lower() == "null":
+            continue  # the whole group off: no augmentation, nothing cached (adni_settings.OFF)
         if new is None and name in GROUPS_THAT_WERE_VALUES and not value.startswith("{"):
             new = GROUPS_THAT_WERE_VALUES[name]
             if name == "augment":

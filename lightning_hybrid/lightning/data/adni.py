@@ -21,7 +21,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from lightning_hybrid.lightning.data import clinicadl
 from lightning_hybrid.lightning.data.base import EpochSeededRandomSampler, InMemoryDataModule
-from lightning_hybrid.lightning.data.adni_settings import Augment, Cache, Source, Split, View, settings
+from lightning_hybrid.lightning.data.adni_settings import FLAT_NAMES, Augment, Cache, Source, Split, View, moved_keywords, settings
 from lightning_hybrid.lightning.data.clinicadl import ClinicaDLFormatError, Row
 from lightning_hybrid.lightning.data.leakage import Scan, check_leakage
 from lightning_hybrid.lightning.data.volume_augment import VolumeAugment
@@ -148,17 +148,21 @@ class ADNIDataModule(InMemoryDataModule):
     names): the t1-linear image of each session in the CAPS folder (``use_uncropped_image`` for the
     uncropped one; ClinicaDL's extracted ``.pt`` tensor where ``clinicadl prepare-data`` wrote one).
     ``tsv_path`` is a TSV (``participant_id``, ``session_id``, ``diagnosis``: split here by subject) or
-    one of ClinicaDL's split folders, used as given: a single split (``train.tsv``,
+    one of ClinicaDL's split folders, read as that generation of ClinicaDL reads it
+    (:func:`~lightning_hybrid.lightning.data.clinicadl.split_files`): a single split (``train.tsv``,
     ``validation_baseline.tsv``), a k-fold folder (``split-<k>`` folders, ``split.fold`` picks one:
-    ClinicaDL's ``split``), or the ``split/`` folder of ``tsvtools split`` holding ``test_baseline.tsv``
-    and its k-fold (``split.fold=K`` reads the k-fold's fold K even where a single split lies beside it;
-    several k-folds are refused as ambiguous); ClinicaDL 1.0-1.1's TSV per diagnosis
-    (``train_splits-5/split-K/AD.tsv``) too. Split TSVs without a diagnosis column (ClinicaDL 2.0's
-    ``make_split``/``make_kfold``) take it from ``source.labels_tsv``, or from a ``labels.tsv`` up to
-    four folders above, where ClinicaDL's tsvtools look. Rows of diagnoses outside the task (``SMC``,
-    ``MCI`` in AD vs CN) are dropped, counted in the log. ``split.baseline`` trains on baseline sessions
-    only; validation and test use baseline sessions unless ``split.valid_longitudinal`` (as ClinicaDL,
-    and as the field reports).
+    ClinicaDL's ``--split``), or the ``split/`` folder of ``tsvtools split`` holding ``test_baseline.tsv``
+    and its k-fold; where a single split and a k-fold lie side by side, no fold is the single split (as
+    ``clinicadl train`` without ``--n_splits``), ``split.folds=N`` with ``split.fold=K`` fold K of the
+    ``N``-fold, and a fold without ``split.folds`` is refused naming both; several k-folds are refused as
+    ambiguous. ClinicaDL 1.0-1.1's TSV per diagnosis (``train_splits-5/split-K/AD.tsv``) too. Split TSVs
+    without a diagnosis column (ClinicaDL 2.0's ``make_split``/``make_kfold``) take it from
+    ``source.labels_tsv``, or from a ``labels.tsv`` up to four folders above, where ClinicaDL's tsvtools
+    look; 2.0's record of each folder (``kfold_config.json``: its subset's name, longitudinal or not) is
+    followed. Rows of diagnoses outside the task (``SMC``, ``MCI`` in AD vs CN) are dropped, counted in the
+    log. ``split.baseline`` trains on baseline sessions only; validation and test use baseline sessions
+    unless ``split.valid_longitudinal`` or the split folder's record says otherwise (as ClinicaDL, and as
+    the field reports).
 
     **A CSV** (``source.csv_path``): a subject, an image path (relative to the CSV's folder or
     ``source.root``, or absolute), a diagnosis and optionally a session column; ADNI's usual column
@@ -224,16 +228,22 @@ class ADNIDataModule(InMemoryDataModule):
         source: Source | Mapping[str, Any],
         task: str = "AD_vs_CN",
         diagnoses: Sequence[str] | None = None,
-        split: Split | Mapping[str, Any] | None = None,
-        view: View | Mapping[str, Any] | None = None,
-        augment: Augment | Mapping[str, Any] | None = None,
-        cache: Cache | Mapping[str, Any] | None = None,
+        split: Split | Mapping[str, Any] = Split(),
+        view: View | Mapping[str, Any] = View(),
+        augment: Augment | Mapping[str, Any] | None = Augment(),
+        cache: Cache | Mapping[str, Any] | None = Cache(),
         batch_size: int = 6,
         seed: int = 0,
         num_workers: int | str = "auto",
         pin_memory: bool | str = "auto",
         prefetch_factor: int = 4,
+        **moved: Any,
     ) -> None:
+        if moved:  # a keyword of the datamodule before its settings were grouped: say where it went
+            where, unknown = moved_keywords(moved), [k for k in moved if k not in FLAT_NAMES]
+            raise TypeError("\n".join(
+                ([f"ADNIDataModule's settings are in groups now:\n{where}"] if where else [])
+                + ([f"ADNIDataModule got unexpected keyword argument(s) {', '.join(map(repr, unknown))}"] if unknown else [])))
         super().__init__()
         if diagnoses is None:
             if task not in TASKS:
@@ -291,7 +301,8 @@ class ADNIDataModule(InMemoryDataModule):
         if tsv_path.is_file():
             return [(row, None) for row in self._read_tsvs([tsv_path], skipped)]
         files = clinicadl.split_files(tsv_path, self.split.fold, self.split.baseline, self.split.valid_longitudinal,
-                                     self.labels)
+                                      self.labels, self.split.folds)
+        self.longitudinal = {"val": files.validation_longitudinal, "test": files.test_longitudinal}
         log.info("ClinicaDL split (%s): train %s, validation %s, test %s", files.layout, *(
             ", ".join(map(str, paths)) or "none" for paths in (files.train, files.validation, files.test)))
         given = {"train": files.train, "val": files.validation, "test": files.test}
@@ -380,7 +391,8 @@ class ADNIDataModule(InMemoryDataModule):
         """The train, validation and test scans, checked (bad images, leakage, empty splits) and logged."""
         split, source = self.split, self.source
         self.skipped = []
-        rows = self._rows()
+        self.longitudinal = {"val": bool(split.valid_longitudinal), "test": bool(split.valid_longitudinal)}
+        rows = self._rows()  # a split folder says what its validation and test subsets hold
         given = isinstance(rows, dict)
         listed = {split: self._scans(r, split) for split, r in rows.items()} if given else {"all": self._scans(rows, "cohort")}
         everything, hashes = self._inspected([scan for scans in listed.values() for scan in scans])
@@ -400,8 +412,9 @@ class ADNIDataModule(InMemoryDataModule):
             fractions = {"val": split.val_fraction, "test": None if split.folds else split.test_fraction}
         if split.baseline:
             splits["train"] = self.baseline_of(splits["train"])
-        if not split.valid_longitudinal:
-            splits["val"], splits["test"] = self.baseline_of(splits["val"]), self.baseline_of(splits["test"])
+        for name in ("val", "test"):
+            if not self.longitudinal[name]:
+                splits[name] = self.baseline_of(splits[name])
         if split.skip_leak_check:
             log.warning("split.skip_leak_check=true: the splits are not checked for shared subjects, sessions or images")
         else:
@@ -412,7 +425,7 @@ class ADNIDataModule(InMemoryDataModule):
             "ADNI %s: %s scans (train/val/test) of %s subjects%s%s",
             " vs ".join(self.labels), "/".join(str(len(splits[k])) for k in ("train", "val", "test")),
             "/".join(str(len({s.subject for s in splits[k]})) for k in ("train", "val", "test")),
-            "; evaluated on baseline sessions" if not split.valid_longitudinal else "",
+            "; evaluated on baseline sessions" if not any(self.longitudinal.values()) else "",
             f"; {len(self.skipped)} bad item(s) skipped" if self.skipped else "",
         )
         return splits

@@ -109,13 +109,16 @@ class Split:
     """How the cohort is split into training, validation and test scans, and which sessions count.
 
     Args:
-        fold: which fold: of a ClinicaDL k-fold split folder (ClinicaDL's ``split``; None: the single
+        fold: which fold: of a ClinicaDL k-fold split folder (ClinicaDL's ``--split``; None: the single
             split) or of the k-fold made here with ``folds`` (None: fold 0).
-        folds: k of a stratified k-fold over subjects made here (a CSV or a single TSV); None: one
-            split by ``val_fraction`` and ``test_fraction``.
+        folds: the number of folds: of the k-fold to read in a ClinicaDL split folder (its ``--n_splits``:
+            needed to pick a fold where a single split lies beside the k-fold), or of a stratified k-fold
+            over subjects made here (a CSV or a single TSV); None: one split by ``val_fraction`` and
+            ``test_fraction``.
         val_fraction, test_fraction: shares of the subjects held out when splitting here (per class).
         baseline: train on each subject's baseline session only.
-        valid_longitudinal: validate and test on every session (False: baseline sessions, as the field reports).
+        valid_longitudinal: validate and test on every session (True) or on baseline sessions (False, as the
+            field reports); None: as a ClinicaDL 2.0 split folder records it, else baseline sessions.
         skip_leak_check: do not refuse splits that share subjects, sessions or images (said in the log).
     """
 
@@ -124,7 +127,7 @@ class Split:
     val_fraction: float = 0.15
     test_fraction: float = 0.15
     baseline: bool = False
-    valid_longitudinal: bool = False
+    valid_longitudinal: bool | None = None
     skip_leak_check: bool = False
 
     def __post_init__(self) -> None:
@@ -277,21 +280,52 @@ class Cache:
         _set(self, "threads", int(self.threads))
 
 
+#: The groups whose None means "off" (Python's None, Hydra's null): no cache, no augmentation.
+OFF = {"Cache": {"where": None}, "Augment": {"where": None}}
+
+
+def _an(name: str) -> str:
+    return f"an {name}" if name[0] in "AEIOU" else f"a {name}"
+
+
 def settings(group: type[Group], value: Group | Mapping[str, Any] | None) -> Group:
-    """``value`` as the settings ``group``: itself, made from a mapping (a Hydra group, a checkpoint's
-    dict), or the defaults for None; unknown keys are refused naming the group's."""
+    """``value`` as the settings ``group``: itself, or made from a mapping (a Hydra group, a checkpoint's dict).
+    None is "off" where a group can be off (``cache``, ``augment``: nothing cached, no augmentation) and refused
+    elsewhere; a key of another group is refused naming the group it belongs to, an unknown key naming the
+    group's keys."""
+    name = group.__name__
+    key = name.lower()
     if value is None:
-        return group()
+        if name in OFF:
+            return group(**OFF[name])
+        raise TypeError(f"{key}=None: {key} cannot be off; leave it out for its defaults, or give {_an(name)} or a "
+                        f"mapping of its fields (data.{key}.<field>=... on the command line)")
     if isinstance(value, group):
         return value
     if not isinstance(value, Mapping):
-        raise TypeError(f"{group.__name__.lower()} must be a {group.__name__} or a mapping of its fields, got {value!r}")
+        first = fields(group)[0].name  # type: ignore[arg-type]
+        raise TypeError(f"{key} must be {_an(name)} or a mapping of its fields, e.g. {key}={{{first!r}: {value!r}}}, "
+                        f"got {value!r}")
     names = [f.name for f in fields(group)]  # type: ignore[arg-type]
     unknown = sorted(set(value) - set(names))
+    elsewhere = {k: FLAT_NAMES[k].split(".")[0] for k in unknown if k in FLAT_NAMES and FLAT_NAMES[k].split(".")[0] != key}
+    if elsewhere:
+        moves = ", ".join(f"{k!r} belongs to {g} ({g}={{{FLAT_NAMES[k].split('.')[1]!r}: ...}})" for k, g in elsewhere.items())
+        raise TypeError(f"{key} has no {', '.join(map(repr, elsewhere))}: {moves}")
     if unknown:
-        raise TypeError(f"{group.__name__.lower()} has no {', '.join(map(repr, unknown))}; its settings are "
-                        f"{', '.join(names)}")
+        raise TypeError(f"{key} has no {', '.join(map(repr, unknown))}; its settings are {', '.join(names)}")
     return group(**{str(k): v for k, v in value.items()})
+
+
+def moved_keywords(given: Mapping[str, Any]) -> str:
+    """What an old flat keyword of the datamodule is now (``caps_directory=... -> source={'caps_directory': ...}``),
+    for each of ``given``, one per line; empty when none of them is an old keyword."""
+    lines = []
+    for name, value in given.items():
+        if name in FLAT_NAMES:
+            group, field = FLAT_NAMES[name].split(".")
+            lines.append(f"{name}={value!r} -> {group}={{{field!r}: {value!r}}}")
+    return "\n".join(lines)
 
 
 def regroup(flat: Mapping[str, Any]) -> dict[str, Any]:
