@@ -286,3 +286,29 @@ def test_data_adni_keys_from_before_the_grouping_are_refused_saying_where_they_w
                  "data.cache=memory -> data.cache.where=memory", "data.augment=false -> data.augment.where=null",
                  "+data.cache_dir=/tmp/c -> data.cache.dir=/tmp/c"):
         assert hint in message, message
+
+
+def test_errors_a_user_can_cause_end_in_one_message_without_a_traceback(tmp_path):
+    """Each ends the command with exit status 1 and one message naming what to change: an unreadable checkpoint
+    in the run folder, a run folder of another configuration, a model that cannot take the data's samples, an
+    optimizer setting torch refuses, MNIST missing where data.root points (offline here: the download fails)."""
+    run = tmp_path / "run"
+    first = (*SMOKE, "trainer.limit_train_batches=2", "test=false")
+    run_cli(*first, f"hydra.run.dir={run}", cwd=tmp_path)
+    last = run / "checkpoints" / "last.ckpt"
+    last.write_bytes(os.urandom(5000))  # 5 kB of noise where the checkpoint was
+    cases = {
+        "unreadable": ((*first, f"hydra.run.dir={run}"), ["last.ckpt is unreadable", "ckpt_path=null", "epoch000.ckpt"]),
+        "another configuration": ((*first, "model=mlp", f"hydra.run.dir={run}"), ["of another configuration", "ckpt_path=null"]),
+        "model and data": ((*SMOKE, "model=resattnet3d_18", f"hydra.run.dir={tmp_path / 'm'}"),
+                           ["model=resattnet3d_18 takes volumes", "data=synthetic gives samples of shape [1, 28, 28]"]),
+        "optimizer": ((*SMOKE, "optimizer.lr=-1", f"hydra.run.dir={tmp_path / 'o'}"), ["optimizer.lr=-1: Invalid learning rate"]),
+        "missing data": (("data.root=/nonexistent/mnist", f"hydra.run.dir={tmp_path / 'd'}"),
+                         ["MNIST is not in /nonexistent/mnist", "data=synthetic"]),
+    }
+    for case, (overrides, said) in cases.items():
+        proc = run_cli(*overrides, cwd=tmp_path, check=False)
+        output = proc.stdout + proc.stderr
+        assert proc.returncode == 1, f"{case}: exit status {proc.returncode}\n{output[-3000:]}"
+        assert "Traceback" not in output and output.count("error: ") == 1, f"{case}:\n{output[-3000:]}"
+        assert all(s in output for s in said), f"{case}: expected {said}\n{output[-3000:]}"

@@ -27,6 +27,7 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
+from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict, read_write
 from pytorch_lightning.accelerators import CPUAccelerator
@@ -35,6 +36,7 @@ from pytorch_lightning.utilities.exceptions import SIGTERMException
 from lightning_hybrid import namespace
 from lightning_hybrid.classifier import ClassifierModule
 from lightning_hybrid.callbacks import ContinueCSVLog, HeterogeneitySimulator, ProgressLog, TransferWeights
+from lightning_hybrid.cli.checks import check_checkpoint_readable, check_model_fits_data, check_optimizer
 from lightning_hybrid.cli.relaunch import child_ranks_rerun_this_job, in_multirun
 from lightning_hybrid.cli.resume import compared_config, record_end, record_start, resolve_ckpt_path
 from lightning_hybrid.cli.slurm import submitit_task_as_rank, task_threads  # also registers ${lh_slurm:...}
@@ -139,6 +141,11 @@ def build_callbacks(cfg: DictConfig, datamodule: Any = None) -> list[pl.Callback
         callbacks.append(TransferWeights(str(transfer_checkpoint(cfg.transfer_path))))  # a bad path fails here
     callbacks.append(ContinueCSVLog())
     return callbacks
+
+
+def chosen(group: str) -> str:
+    """The option of a config group the command chose (``model`` -> ``lenet5``), for messages."""
+    return str(HydraConfig.get().runtime.choices.get(group, group)) if HydraConfig.initialized() else group
 
 
 def build_module(cfg: DictConfig) -> ClassifierModule:
@@ -253,7 +260,9 @@ def train(cfg: DictConfig) -> dict[str, float]:
         pl.seed_everything(cfg.seed, workers=True)
         spread_processes_over_gpus(cfg, torch.cuda.device_count() if torch.cuda.is_available() else 0)
         datamodule = build(cfg.data)
+        check_optimizer(cfg, build)
         module = build_module(cfg)
+        check_model_fits_data(chosen("model"), chosen("data"), module.net, datamodule)
         loggers = [build(c) for c in (cfg.get("logger") or {}).values()]
         resolve_fork_ranks(cfg)
         if cfg.strategy.get("fork_ranks") is True and in_multirun():
@@ -301,6 +310,7 @@ def fit_and_test(cfg: DictConfig, trainer: pl.Trainer, module: pl.LightningModul
                  ckpt_path: str | None) -> tuple[dict[str, float], str]:
     """Fit (resuming from ``ckpt_path``), then test with the best checkpoint; the metrics and its path."""
     metrics, best = {}, ""
+    check_checkpoint_readable(ckpt_path)
     if cfg.get("fit", True):
         trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
         metrics = final_metrics(trainer)

@@ -10,6 +10,7 @@ import hydra
 from omegaconf import DictConfig
 
 from lightning_hybrid.lightning.cli.app import train
+from lightning_hybrid.lightning.cli.checks import user_error
 from lightning_hybrid.lightning.cli.data import data_command
 from lightning_hybrid.lightning.cli.plan import plan_command
 from lightning_hybrid.lightning.data.adni_settings import FLAT_NAMES
@@ -18,7 +19,14 @@ from lightning_hybrid.lightning.data.adni_settings import FLAT_NAMES
 # The job's name (the run's log file cli.log, "cli is powered by Hydra" in --help) is configs/hydra/default.yaml's.
 @hydra.main(version_base="1.3", config_path="pkg://lightning_hybrid.configs", config_name="train")
 def _hydra_train(cfg: DictConfig) -> float | None:
-    metrics = train(cfg)
+    try:
+        metrics = train(cfg)
+    except Exception as error:
+        message = user_error(error)
+        if message is None:
+            raise  # a bug: its traceback
+        print(f"error: {message}", file=sys.stderr, flush=True)
+        raise SystemExit(1) from None
     # A sweeper (e.g. Optuna) optimizes the returned value: balanced accuracy where it is reported (ADNI).
     return next((metrics[k] for k in ("test/bacc", "test/acc", "val/bacc", "val/acc") if k in metrics), None)
 

@@ -32,8 +32,9 @@ class LocalSGDStrategy(RankStates, common.UnwrappedDDPStrategy):
     each moved since the round began, and the outer optimizer (``"nesterov"``: SGD with Nesterov
     momentum, DiLoCo's; ``"average"``: plain averaging) moves the shared weights by it; every rank
     continues from them. With ``sync_every=1, outer_optimizer="average"`` this is
-    :class:`~lightning_hybrid.AllReduceASGDStrategy` of the same ``delay`` (for SGD), and with ``delay=0``
-    DDP; a round sends one model-sized average, so ``sync_every=H`` sends ``H`` times fewer bytes than
+    :class:`~lightning_hybrid.AllReduceASGDStrategy` of the same ``delay`` with ``method="pipe_sgd",
+    momentum_correction=None`` (for SGD: the average alone, applied late, the momentum as configured), and with
+    ``delay=0`` DDP; a round sends one model-sized average, so ``sync_every=H`` sends ``H`` times fewer bytes than
     DDP (half that again with ``wire_dtype="bf16"``).
 
     Args:
@@ -73,7 +74,8 @@ class LocalSGDStrategy(RankStates, common.UnwrappedDDPStrategy):
     strategy_name = "local_sgd"
     #: Where a checkpoint keeps LocalSGD's state and every rank's own weights and inner optimizer state.
     rank_states_key = "lightning_hybrid_local_sgd"
-    aliases = {"local_sgd": ("Local SGD with a Nesterov outer optimizer (DiLoCo): an average every 32 steps", {})}
+    aliases = {"local_sgd": ("Local SGD: the ranks' progress averaged every 32 steps (DiLoCo's outer optimizer as an "
+                             "option)", {})}
     resumes_mid_epoch = True
 
     def __init__(self, sync_every: int = 32, delay: int = 0, outer_optimizer: str = "average", outer_lr: float = 0.7,
