@@ -20,6 +20,7 @@ from torch.utils.data import DataLoader
 from lightning_hybrid.devices import PeakMemory
 from lightning_hybrid.say import say
 from lightning_hybrid.strategies.parameter_server import ParameterServerStrategy
+from lightning_hybrid.strategies.capabilities import capabilities_of
 
 from lightning_hybrid.sim.contention import check_cores
 from lightning_hybrid.sim.latency import CollectiveLatency, latent_allreduce_hook
@@ -118,7 +119,7 @@ class PeakMemoryMonitor(pl.Callback):
             self._peak.start()
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if getattr(trainer.strategy, "logs_peak_memory", False):
+        if capabilities_of(trainer.strategy).logs_peak_memory:
             return
         peak = self._peak.peak() if self._peak is not None else None
         # Every rank gathers, one without a measurement too (a NaN, not logged): a rank that returned
@@ -254,7 +255,7 @@ class HeterogeneitySimulator(pl.Callback):
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage != "fit":
             # Inference: only a strategy that runs one input across ranks (partitioned inference) is slowed.
-            if self.slowdown is not None and hasattr(trainer.strategy, "inject_compute_slowdown"):
+            if self.slowdown is not None and capabilities_of(trainer.strategy).slows_its_compute:
                 self.check_world_size(trainer.world_size)
                 trainer.strategy.inject_compute_slowdown(self.slowdown[trainer.global_rank])
             return
@@ -272,7 +273,7 @@ class HeterogeneitySimulator(pl.Callback):
         self._work_clock = time.process_time if on_cpu else self._wall_minus_waits(trainer)
         factor = self.slowdown[rank] if self.slowdown is not None else 1.0
         step_factor, applied_by = factor, "after each training step"
-        if self.where == "compute" and hasattr(trainer.strategy, "inject_compute_slowdown"):
+        if self.where == "compute" and capabilities_of(trainer.strategy).slows_its_compute:
             # Pipeline stages wait for one another inside a step, balanced DP times its compute: slow the compute itself.
             trainer.strategy.inject_compute_slowdown(factor)
             step_factor, applied_by = 1.0, f"{type(trainer.strategy).__name__}'s compute"
@@ -325,7 +326,7 @@ class HeterogeneitySimulator(pl.Callback):
     @staticmethod
     def _wall_minus_waits(trainer: pl.Trainer) -> Any:
         def now() -> float:
-            return time.perf_counter() - float(getattr(trainer.strategy, "communication_wait_s", 0.0))
+            return time.perf_counter() - float(capabilities_of(trainer.strategy).communication_wait_s)
 
         return now
 

@@ -25,6 +25,7 @@ import torch.distributed as dist
 
 from lightning_hybrid.comm.board import Board
 from lightning_hybrid.comm.stall_watch import StallWatch
+from lightning_hybrid.strategies.capabilities import capabilities_of
 
 _SESSIONS = itertools.count()
 #: The limit is at most this share of a peer's own timeout (the parameter server's), so that a stall
@@ -34,7 +35,7 @@ PEER_SHARE = 0.8
 
 def end_the_run(trainer: pl.Trainer, message: str) -> None:
     """Stop every process this one started, write ``message`` last, exit with status 1."""
-    watch = getattr(trainer.strategy, "process_watch", None)
+    watch = capabilities_of(trainer.strategy).process_watch
     if watch is not None:
         watch.stop_all(message)  # does not return
     for process in getattr(trainer.strategy.launcher, "procs", None) or []:  # Lightning's launcher's ranks
@@ -65,7 +66,7 @@ class Watchdog(pl.Callback):
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         distributed = trainer.world_size > 1 and dist.is_available() and dist.is_initialized()
         board = Board(f"lightning_hybrid/watchdog/{next(_SESSIONS)}/") if distributed else None
-        limit = min(self.timeout_s, PEER_SHARE * float(getattr(trainer.strategy, "peer_timeout_s", float("inf"))))
+        limit = min(self.timeout_s, PEER_SHARE * float(capabilities_of(trainer.strategy).peer_timeout_s))
         self.watch = StallWatch(trainer.global_rank, trainer.world_size, limit, board,
                                 end_run=lambda message: end_the_run(trainer, message), slack=self.slack,
                                 setting=self.setting)

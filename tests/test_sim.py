@@ -146,8 +146,11 @@ def test_log_names_each_ranks_factor_also_where_the_strategy_slows_its_compute(c
     """The hybrid strategy slows its stages itself; the log still gives each rank's real factor."""
     from types import SimpleNamespace
 
-    class _SlowsItsCompute:
+    from lightning_hybrid.strategies.capabilities import Capabilities
+
+    class _SlowsItsCompute(Capabilities):  # a strategy that says it slows its own compute (Capabilities)
         factor = None
+        slows_its_compute = True
         root_device = torch.device("cpu")
 
         def inject_compute_slowdown(self, factor):

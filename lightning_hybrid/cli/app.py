@@ -42,6 +42,7 @@ from lightning_hybrid.cli.resume import compared_config, record_end, record_star
 from lightning_hybrid.cli.slurm import submitit_task_as_rank, task_threads  # also registers ${lh_slurm:...}
 from lightning_hybrid.preemption import Preemption, Stop
 from lightning_hybrid.strategies.checkpoint_io import AtomicCheckpointIO
+from lightning_hybrid.strategies.capabilities import capabilities_of
 from lightning_hybrid.transfer import transfer_checkpoint
 from lightning_hybrid.watchdog import Watchdog
 
@@ -314,7 +315,7 @@ def fit_and_test(cfg: DictConfig, trainer: pl.Trainer, module: pl.LightningModul
     if cfg.get("fit", True):
         trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
         metrics = final_metrics(trainer)
-        server_load = getattr(trainer.strategy, "server_load", None)  # a parameter-server strategy's, rank 0
+        server_load = capabilities_of(trainer.strategy).server_load  # a parameter-server strategy's, rank 0
         if server_load is not None:
             metrics.update(server_load.as_metrics())
         best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""

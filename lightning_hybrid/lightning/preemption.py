@@ -50,6 +50,7 @@ from lightning.fabric.utilities.data import _set_sampler_epoch
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from lightning_hybrid.lightning.strategies.common import CheckedDDPStrategy
+from lightning_hybrid.lightning.strategies.capabilities import capabilities_of
 from lightning_hybrid.lightning.strategies.meeting import Deferred, meeting
 
 log = logging.getLogger(__name__)
@@ -103,7 +104,7 @@ class Stop:
 def resumes_mid_epoch(strategy: Any) -> bool:
     """Whether a checkpoint saved between two batches holds all of ``strategy``'s state (the
     strategy's ``resumes_mid_epoch`` attribute; Lightning's own strategies: yes)."""
-    return bool(getattr(strategy, "resumes_mid_epoch", True))
+    return bool(capabilities_of(strategy).resumes_mid_epoch)
 
 
 def slurm_job_id(environ: Any = os.environ) -> str | None:
@@ -142,9 +143,7 @@ def skip_done_batches(trainer: pl.Trainer) -> int:
     iterator = loop._data_fetcher.iterator
     for _ in range(done):
         next(iterator)
-    skipped_hook = getattr(trainer.strategy, "on_batches_skipped", None)
-    if callable(skipped_hook):
-        skipped_hook(done)
+    capabilities_of(trainer.strategy).on_batches_skipped(done)
     return done
 
 

@@ -19,6 +19,7 @@ from pytorch_lightning.utilities.rank_zero import rank_zero_info
 
 from lightning_hybrid.comm.collectives import ddp_group, workers_backend
 from lightning_hybrid.pipeline.protocol import pipeline_blocks
+from lightning_hybrid.strategies.capabilities import Capabilities
 from lightning_hybrid.strategies.checkpoint_io import AtomicCheckpointIO
 from lightning_hybrid.strategies.forked_ranks import fork_ranks
 from lightning_hybrid.strategies.meeting import Agreement, Deferred, EveryBatch, meeting
@@ -87,7 +88,7 @@ class CheckingLauncher(_SubprocessScriptLauncher):
             # datamodule builds exists only after its setup, on each rank (process_dataloader checks it).
             if len(args) > 1 and isinstance(args[1], torch.utils.data.DataLoader):
                 self.strategy.check_training_data(args[1])
-        elif trainer is not None and hasattr(self.strategy, "check_evaluation"):
+        elif trainer is not None:
             self.strategy.check_evaluation(trainer, model)
         # Lightning's launch, with our watch in place of its observer.
         self.cluster_environment.validate_settings(num_devices=self.num_processes, num_nodes=self.num_nodes)
@@ -190,7 +191,7 @@ def unwrap_optimizer(optimizer: Any) -> torch.optim.Optimizer:
     return getattr(optimizer, "_optimizer", optimizer)
 
 
-class CheckedDDPStrategy(DDPStrategy):
+class CheckedDDPStrategy(Capabilities, DDPStrategy):
     """Lightning's DDP with the suite's conventions: ``processes_per_device`` processes on each device,
     the workers' backend chosen by :func:`~lightning_hybrid.comm.collectives.workers_backend`, a
     launcher that asks the strategy to refuse what it cannot run before any other process starts

@@ -255,6 +255,8 @@ class HybridParallelStrategy(StageOnlyState, common.RoutedEvaluation, common.Unw
         batch = getattr(datamodule, "batch_size", None) or hparams.get("batch_size") or self.micro_batches
         return max(int(batch) // self.micro_batches, 1)
 
+    slows_its_compute = True  # Capabilities: a simulated straggler slows the compute itself
+
     def inject_compute_slowdown(self, factor: float) -> None:
         """Make this rank's stage compute ``factor`` times slower (heterogeneity simulation)."""
         if not factor >= 1.0:

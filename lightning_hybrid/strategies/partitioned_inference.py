@@ -139,6 +139,8 @@ class PartitionedInferenceStrategy(RoutedEvaluation, UnwrappedDDPStrategy):
                     "Run its inference with strategy='ddp' (or on one device) instead."
                 )
 
+    slows_its_compute = True  # Capabilities: a simulated straggler slows the compute itself
+
     def inject_compute_slowdown(self, factor: float) -> None:
         """Make this rank's layer compute ``factor`` times slower (heterogeneity simulation)."""
         if not factor >= 1.0:

@@ -26,8 +26,15 @@ from lightning_hybrid.strategies import common
 class StageOnlyState:
     """Each rank's own stage as the model's state; the whole model on rank 0 for checkpoints.
 
-    Needs ``placement`` (the :class:`~lightning_hybrid.placement.Placement` in use, else None),
-    ``mesh`` and ``_pp_group`` from the strategy."""
+    A mixin of a pipeline strategy, which provides what it declares below (and Lightning's
+    ``lightning_module``, ``global_rank``, ``root_device``)."""
+
+    #: The placement in use (None before it is planned).
+    placement: Any
+    #: The ranks as a mesh of pipeline stages and data-parallel replicas (:class:`~lightning_hybrid.pipeline.mesh.Mesh`).
+    mesh: Any
+    #: This rank's pipeline's process group (the stages that exchange activations).
+    _pp_group: Any
 
     @contextmanager
     def tensor_init_context(self, empty_init: bool | None = None) -> Generator[None, None, None]:

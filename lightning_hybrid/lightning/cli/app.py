@@ -43,6 +43,7 @@ from lightning_hybrid.lightning.cli.resume import compared_config, record_end, r
 from lightning_hybrid.lightning.cli.slurm import submitit_task_as_rank, task_threads  # also registers ${lh_slurm:...}
 from lightning_hybrid.lightning.preemption import Preemption, Stop
 from lightning_hybrid.lightning.strategies.checkpoint_io import AtomicCheckpointIO
+from lightning_hybrid.lightning.strategies.capabilities import capabilities_of
 from lightning_hybrid.transfer import transfer_checkpoint
 from lightning_hybrid.lightning.watchdog import Watchdog
 
@@ -315,7 +316,7 @@ def fit_and_test(cfg: DictConfig, trainer: pl.Trainer, module: pl.LightningModul
     if cfg.get("fit", True):
         trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
         metrics = final_metrics(trainer)
-        server_load = getattr(trainer.strategy, "server_load", None)  # a parameter-server strategy's, rank 0
+        server_load = capabilities_of(trainer.strategy).server_load  # a parameter-server strategy's, rank 0
         if server_load is not None:
             metrics.update(server_load.as_metrics())
         best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""

@@ -194,6 +194,8 @@ class BalancedDataParallelStrategy(common.CheckedDDPStrategy):
         if self.global_batch is not None:
             check_global_batch(self.global_batch, ranks, self.min_share)
 
+    slows_its_compute = True  # Capabilities: a simulated straggler slows the compute itself
+
     def inject_compute_slowdown(self, factor: float) -> None:
         """Slow this rank's compute by ``factor`` inside the measured time (heterogeneity simulation)."""
         if not factor >= 1.0:
