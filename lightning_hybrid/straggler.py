@@ -211,7 +211,7 @@ class StragglerReport(pl.Callback):
                 # Lightning's "use sync_dist=True" warning for each of them.
                 pl_module.log(f"straggler/rank{rank}/{name}", value, on_epoch=True, sync_dist=True, reduce_fx="max")
         if trainer.is_global_zero:  # said in a plain script too, where nothing configured logging
-            say(log, finding.line(trainer.current_epoch))
+            say(log, finding.line(trainer.current_epoch + 1))  # counted from 1, as the progress line
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         meeting(trainer).forget(self._record_check)

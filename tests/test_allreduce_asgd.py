@@ -376,7 +376,7 @@ def test_a_stop_on_rank_1_between_an_exchange_and_its_correction_resumes_exactly
     assert checkpoint["loops"]["fit_loop"]["epoch_loop.batch_progress"]["current"]["completed"] == 4, \
         "asked after batch 0, the stop rides on batch 1's exchange, which is applied after batch 3; 6 batches to go"
     resumed = run(*interrupted, cwd=tmp_path)
-    assert resumed.returncode == 0 and "resumed in epoch 1" in resumed.stdout + resumed.stderr, resumed.stderr[-3000:]
+    assert resumed.returncode == 0 and "resumed in epoch 2" in resumed.stdout + resumed.stderr, resumed.stderr[-3000:]
     reference = run(*settings, f"hydra.run.dir={tmp_path / 'reference'}", *callbacks(tmp_path, "reference"), cwd=tmp_path)
     assert reference.returncode == 0, reference.stderr[-3000:]
     got, expected = torch.load(tmp_path / "resumed.pt"), torch.load(tmp_path / "reference.pt")

@@ -257,7 +257,7 @@ def test_a_run_stopped_mid_round_resumes_exactly(tmp_path):
     stopped = run(*interrupted, cwd=tmp_path)
     assert stopped.returncode == 143 and "last-interrupted.ckpt" in stopped.stdout, (stopped.stdout + stopped.stderr)[-3000:]
     resumed = run(*interrupted, cwd=tmp_path)
-    assert resumed.returncode == 0 and "resumed in epoch 1" in resumed.stdout + resumed.stderr, resumed.stderr[-3000:]
+    assert resumed.returncode == 0 and "resumed in epoch 2" in resumed.stdout + resumed.stderr, resumed.stderr[-3000:]
     reference = run(*settings, f"hydra.run.dir={tmp_path / 'reference'}", *callbacks(tmp_path, "reference"), cwd=tmp_path)
     assert reference.returncode == 0, reference.stderr[-3000:]
     got, expected = torch.load(tmp_path / "resumed.pt"), torch.load(tmp_path / "reference.pt")

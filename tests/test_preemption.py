@@ -79,7 +79,7 @@ def test_stop_line_and_exit_status():
     stop = Stop("SIGTERM", epoch=2, batches_done=3, batches=8, checkpoint=Path("run/checkpoints/interrupted.ckpt"),
                 mid_epoch=True)
     assert stop.exit_code == 143 and Stop("SIGINT").exit_code == 130
-    assert stop.summary().startswith("stopped by SIGTERM in epoch 2 after 3 of 8 batches: checkpoint run/checkpoints/")
+    assert stop.summary().startswith("stopped by SIGTERM in epoch 3 after 3 of 8 batches: checkpoint run/checkpoints/")
     requeued = Stop("SIGUSR2", checkpoint=Path("c.ckpt"), mid_epoch=True, requeued="77_3")
     assert "SLURM job 77_3 requeued" in requeued.summary()
     assert "repeats this epoch" in Stop("SIGTERM", checkpoint=Path("e.ckpt"), strategy="SSPStrategy").summary()
@@ -200,7 +200,7 @@ def test_slurm_requeue_signal_checkpoints_requeues_and_the_restarted_job_continu
     assert [task.returncode for task in first] == [128 + signal.SIGUSR2] * 2, first[0].stderr[-3000:]
     assert scontrol.read_text().split() == ["requeue", "4242"], "rank 0 requeues the job once"
     line = last_line(first[0])
-    assert "stopped by SIGUSR2 in epoch 1" in line and "SLURM job 4242 requeued" in line, line
+    assert "stopped by SIGUSR2 in epoch 2" in line and "SLURM job 4242 requeued" in line, line
     ranks = "0" if strategy == "hybrid" else "*"  # the pipeline's two stages load the same batches: count one
     before = trained_samples(tmp_path, ranks)
 
@@ -211,7 +211,7 @@ def test_slurm_requeue_signal_checkpoints_requeues_and_the_restarted_job_continu
     epoch_samples = sum(per_epoch[0].values())
     assert all(sum(per_epoch[e].values()) >= epoch_samples for e in (2, 3)), "the later epochs train in full"
     if strategy in MID_EPOCH:  # the mid-epoch checkpoint: the epoch goes on with the samples it had not trained
-        assert "resumed in epoch 1" in second[0].stdout + second[0].stderr
+        assert "resumed in epoch 2" in second[0].stdout + second[0].stderr
         assert 0 < sum(before[1].values()) < epoch_samples
         assert set(per_epoch[1].values()) == {1} and sum(per_epoch[1].values()) == epoch_samples, \
             "each sample of the interrupted epoch trained once"
@@ -227,7 +227,7 @@ def test_ctrl_c_then_the_same_command_resumes_in_the_interrupted_folder_and_othe
     command = ("trainer.devices=1", *callbacks(tmp_path, "resumed", epoch=1, batch=1, signame="SIGINT"))
     stopped = run(*command, cwd=tmp_path)
     assert stopped.returncode == 130, (stopped.stdout + stopped.stderr)[-3000:]
-    assert "stopped by SIGINT in epoch 1 after 2 of" in last_line(stopped)
+    assert "stopped by SIGINT in epoch 2 after 2 of" in last_line(stopped)
     (first,) = (tmp_path / "outputs" / "runs").iterdir()
     assert run_folder.read_record(first)["status"] == "interrupted"
     time.sleep(1.1)  # the next command's folder is named by the second it starts in
@@ -319,7 +319,7 @@ def test_ctrl_c_in_a_terminal_stops_ranks_and_servers_that_all_receive_it(tmp_pa
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
     assert process.returncode == 130, (out + err)[-4000:]
-    assert "stopped by SIGINT in epoch 1" in last_line(subprocess.CompletedProcess(command, 130, out, err))
+    assert "stopped by SIGINT in epoch 2" in last_line(subprocess.CompletedProcess(command, 130, out, err))
     assert "Traceback" not in out + err and "KeyboardInterrupt" not in out + err, (out + err)[-4000:]
     pids = [int(p.read_text()) for p in (tmp_path / "pids").iterdir()]
     assert len(pids) >= 3 and not [pid for pid in pids if alive(pid)], "ranks and server all ended"

@@ -67,7 +67,7 @@ class Stop:
     resumes from (None: none yet), whether it continues the epoch, the SLURM job requeued."""
 
     signal: str
-    epoch: int = 0
+    epoch: int = 0  # Lightning's current_epoch (from 0); the line says it from 1, as the progress line does
     batches_done: int = 0
     batches: int | float = 0
     checkpoint: Path | None = None
@@ -85,7 +85,7 @@ class Stop:
     def summary(self) -> str:
         """The one line that says what stopped the run and where it continues."""
         of = f" of {self.batches}" if self.batches != float("inf") else ""
-        where = f"epoch {self.epoch} after {self.batches_done}{of} batches"
+        where = f"epoch {self.epoch + 1} after {self.batches_done}{of} batches"  # counted from 1, as the progress line
         if self.before_training:
             return (f"stopped by {self.signal} before any training (set-up or the sanity check): nothing to save; "
                     "run the same command again to start over")
@@ -230,7 +230,7 @@ class Preemption(pl.Callback):
             # Lightning warns that a loader without state_dict() restarts the epoch from its start: not here.
             warnings.filterwarnings("ignore", message="You're resuming from a checkpoint that ended before the epoch")
             log.info("rank %d: resumed in epoch %d; its first %d batches were trained before the checkpoint",
-                     trainer.global_rank, trainer.current_epoch, skipped)
+                     trainer.global_rank, trainer.current_epoch + 1, skipped)
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int) -> None:
         if trainer.world_size == 1 and meeting(trainer).requested:
