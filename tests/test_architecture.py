@@ -9,6 +9,7 @@ through others, lazy imports inside functions included.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -93,3 +94,13 @@ def test_each_module_is_short_and_says_what_it_holds(path):
     text = path.read_text()
     assert len(text.splitlines()) <= 600, f"{len(text.splitlines())} lines: split it by concept"
     assert ast.get_docstring(ast.parse(text)), "no opening docstring saying what the module holds"
+
+
+def test_architecture_md_lists_every_module():
+    """ARCHITECTURE.md as the code is: every module of the package (but the generated ``lightning/``) in its
+    index, and no module there that is gone."""
+    text = (PACKAGE.parent / "ARCHITECTURE.md").read_text()
+    listed = set(re.findall(r"^\| `([\w/]+\.py)` \|", text, flags=re.MULTILINE))
+    modules = {str(p.relative_to(PACKAGE)) for p in MODULES if part_of(p) != "lightning" and str(p.relative_to(PACKAGE)) != "__init__.py"}
+    assert not modules - listed, f"add to ARCHITECTURE.md's index: {sorted(modules - listed)}"
+    assert not listed - modules, f"gone from the package, still in ARCHITECTURE.md: {sorted(listed - modules)}"
