@@ -105,8 +105,11 @@ def test_one_process_on_one_gpu(tmp_path, strategy):
 
 
 @pytest.mark.parametrize("strategy", [["--strategy", "ssp", "--staleness", "2"], ["--strategy", "cneural", "--lr", "1.0"],
-                                      ["--strategy", "asgd", "--delay", "1"], ["--strategy", "balanced", "--speeds", "1,3"]],
-                         ids=["ssp", "cneural", "allreduce_asgd", "balanced"])
+                                      ["--strategy", "asgd", "--delay", "1"], ["--strategy", "asgd", "--delay", "2", "--adam",
+                                                                               "--lr", "0.01"],
+                                      ["--strategy", "balanced", "--speeds", "1,3"],
+                                      ["--strategy", "local_sgd", "--sync-every", "4", "--delay", "1"]],
+                         ids=["ssp", "cneural", "allreduce_asgd", "allreduce_asgd_adam", "balanced", "local_sgd"])
 def test_bf16_mixed(tmp_path, strategy):
     run_train_script(tmp_path, *strategy, *SHARED, "--precision", "bf16-mixed", "--epochs", "2")
     assert json.loads((tmp_path / "summary.json").read_text())["val_acc"] > 0.5
