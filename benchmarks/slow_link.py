@@ -160,6 +160,22 @@ def throughput(args, name: str, lr: float, source: str, table: dict) -> dict:
             "batches": batches}
 
 
+def marginal_bytes(args, name: str, lr: float, rate: str) -> dict:
+    """Bytes through the link per training sample at steady state: two runs of one contender, ``n`` and ``3n``
+    batches (``n``: two rounds, or 64 batches), the difference of their bytes over the difference of their
+    samples (set-up, the start's broadcast and the final sync cancel out)."""
+    rounds = [int(o.split("=")[1]) for o in CONTENDERS[name] if o.startswith("strategy.sync_every=")]
+    n = max(64, 2 * rounds[0] if rounds else 0)
+    measured = []
+    for batches in (n, 3 * n):
+        with ShapedLink(rate) as link:
+            run = cli([*base(args), *CONTENDERS[name], f"optimizer.lr={lr}", "trainer.max_epochs=1",
+                       f"trainer.limit_train_batches={batches}", "trainer.limit_val_batches=0", "test=false",
+                       "callbacks=[epoch_timer]"], args.out / "runs" / f"{args.model}_{name}_{rate}_bytes{batches}", link=link)
+        measured.append(run["bytes"])
+    return {"name": name, "link": rate, "bytes_per_sample": (measured[1] - measured[0]) / (2 * n * BATCH * RANKS)}
+
+
 def pipeline_base(args) -> list[str]:
     return ["model=resattnet3d_18", "data=adni_synthetic", "data.subjects=40", "data.volume_shape=[48,48,48]",
             "data.view.image_shape=[48,48,48]", f"data.batch_size={args.pipeline_batch}", "data.cache.dir=null",
@@ -172,7 +188,8 @@ def median(values: list[float]) -> float:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--phase", choices=["all", "trajectories", "throughput", "report"], default="all")
+    parser.add_argument("--phase", choices=["all", "trajectories", "throughput", "bytes", "report"], default="all")
+    parser.add_argument("--bytes-link", default="100mbit", help="the link of the bytes phase (steady-state bytes per sample)")
     parser.add_argument("--data-root", default=None, help="MNIST folder (without it: synthetic data)")
     parser.add_argument("--model", default="lenet5", help="lenet5, or mlp20m (784-4096-4096-10, 20 M parameters)")
     parser.add_argument("--target", type=float, default=0.98)
@@ -195,6 +212,7 @@ def main(argv: list[str] | None = None) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"slow_link_{'pipeline' if args.pipeline else args.model}.json"
     results = json.loads(path.read_text()) if path.exists() else {"trajectories": [], "throughput": [], "final": []}
+    results.setdefault("bytes", [])
 
     def save() -> None:
         path.write_text(json.dumps(results, indent=1))
@@ -239,6 +257,15 @@ def main(argv: list[str] | None = None) -> None:
                 results["throughput"].append(measured)
                 save()
                 print(f"[{name} {source}] {measured['samples_per_s']:.0f} samples/s, {measured['bytes_per_sample']:.0f} B/sample")
+    if args.phase == "bytes":
+        reason = why_not_shaped()
+        if reason:
+            raise SystemExit(f"no shaped links here: {reason}")
+        for name in [n for n in args.contenders if n not in SAME_TRAFFIC]:
+            if not any(r["name"] == name and r["link"] == args.bytes_link for r in results["bytes"]):
+                results["bytes"].append(marginal_bytes(args, name, best_lr(name), args.bytes_link))
+                save()
+                print(f"[{name} {args.bytes_link}] {results['bytes'][-1]['bytes_per_sample']:.0f} B/sample at steady state")
     report = pipeline_report(args, results) if args.pipeline else accuracy_report(args, results, best_lr)
     (path.with_suffix(".md")).write_text(report)
     print(report)
@@ -276,8 +303,10 @@ def accuracy_report(args, results: dict, best_lr) -> str:
                 times[(name, source)] = median([n / rate_of[(name, source)]["samples_per_s"] for n in samples])
     lines += ["", f"Time to {args.target:.0%}: each seed's samples over the samples per second measured under the source "
               "(median over seeds; `x DDP`: DDP's time over the contender's under the same source, above 1 faster).", "",
-              "| contender | " + " | ".join(f"{source}: s (x DDP)" for source in args.sources) + " | B/sample on a link |",
-              "|---|" + "---|" * len(args.sources) + "---|"]
+              "| contender | " + " | ".join(f"{source}: s (x DDP)" for source in args.sources)
+              + f" | B/sample on a link | B/sample, steady state ({args.bytes_link}) |",
+              "|---|" + "---|" * len(args.sources) + "---|---|"]
+    steady = {r["name"]: r["bytes_per_sample"] for r in results.get("bytes", []) if r["link"] == args.bytes_link}
     for name in args.contenders:
         cells = []
         for source in args.sources:
@@ -285,7 +314,9 @@ def accuracy_report(args, results: dict, best_lr) -> str:
             cells.append(f"{t:.1f} ({ddp / t:.2f}x)" if t and ddp else (f"{t:.1f}" if t else "n/a"))
         shaped = [rate_of[(name, source)]["bytes_per_sample"] for source in args.sources
                   if (name, source) in rate_of and SOURCES[source][0] is not None]
-        lines.append(f"| {name} | " + " | ".join(cells) + f" | {median(shaped):.0f} |")
+        flat = steady.get(SAME_TRAFFIC.get(name, name))
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {median(shaped):.0f} | "
+                     + (f"{flat:.0f}" if flat is not None else "-") + " |")
     families = {"the delayed all-reduce (DGA)": "dga_", "the delayed all-reduce (Pipe-SGD)": "pipe_",
                 "local SGD": ("local_", "stream_"), "PowerSGD": "powersgd_"}
     ceiling = times.get(("ddp", "unshaped"))
@@ -302,6 +333,14 @@ def accuracy_report(args, results: dict, best_lr) -> str:
                 best.append(f"{family} {ranked[0][1]} {ranked[0][0]:.1f} s ({ddp / ranked[0][0]:.2f}x)")
         lines.append(f"- {source}: DDP {ddp:.1f} s" + (f" ({ddp / ceiling:.1f}x its unshaped time)" if ceiling else "")
                      + "; " + "; ".join(best))
+    base_rate = rate_of.get(("ddp", "unshaped"))
+    for source in args.sources:
+        latency = next((float(o.split("=")[1]) for o in SOURCES[source][1] if o.startswith("sim.collective_latency_s=")), None)
+        if latency is not None and base_rate and ("ddp", source) in rate_of:
+            step = 1000 * BATCH * RANKS / rate_of[("ddp", source)]["samples_per_s"]
+            compute = 1000 * BATCH * RANKS / base_rate["samples_per_s"]
+            lines.append(f"- {source}: DDP's step {step:.1f} ms against compute + latency = {compute:.1f} + "
+                         f"{1000 * latency:.0f} = {compute + 1000 * latency:.1f} ms (the latency model's check)")
     lines += ["", "A contender that misses the target in a seed gets no time (n/a)."]
     return "\n".join(lines) + "\n"
 
