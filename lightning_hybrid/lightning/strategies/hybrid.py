@@ -552,9 +552,7 @@ class HybridParallelStrategy(StageOnlyState, common.RoutedEvaluation, common.Unw
         return forward
 
     def teardown(self) -> None:
-        if self.exchange is not None:
-            self.exchange.close()
-            self.exchange = None
+        self.exchange = None
         super().teardown()
 
 
