@@ -59,10 +59,7 @@ def schedule(optimizer: torch.optim.Optimizer, step: int) -> None:
             group["lr"] *= 0.5
 
 
-def worker(rank: int, port: int, name: str, delay: int, out: str, restart_at: int | None = None,
-           stop_at: int | None = None) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=RANKS)
+def run_case(rank: int, name: str, delay: int, restart_at: int | None = None, stop_at: int | None = None) -> dict:
     model = make_model()
     optimizer = OPTIMIZERS[name](model)
     dga = DelayedGradientAveraging(optimizer, delay, bucket_size_mb=1e-4)
@@ -82,8 +79,15 @@ def worker(rank: int, port: int, name: str, delay: int, out: str, restart_at: in
         stops.append(dga.stop)
     before_sync = [p.detach().clone() for p in model.parameters()]
     dga.sync()
-    torch.save({"params": [p.detach() for p in model.parameters()], "before_sync": before_sync, "stops": stops,
-                "applied": dga.applied}, f"{out}.{rank}")
+    return {"params": [p.detach() for p in model.parameters()], "before_sync": before_sync, "stops": stops,
+            "applied": dga.applied}
+
+
+def worker(rank: int, port: int, cases: list[dict], out: str) -> None:
+    """Every case in turn on one process group (one start of the two processes for them all)."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=RANKS)
+    torch.save([run_case(rank, **case) for case in cases], f"{out}.{rank}")
     dist.destroy_process_group()
 
 
@@ -153,11 +157,12 @@ def correct(models: list[torch.nn.Module], updates: list[list[torch.Tensor]]) ->
                 p.add_(u - m)
 
 
-def run(tmp_path, name: str, delay: int, **kwargs) -> list[dict]:
+def run(tmp_path, cases: list[dict]) -> list[list[dict]]:
+    """Each case's result on each rank: ``[case][rank]``."""
     out = str(tmp_path / "result")
-    mp.start_processes(worker, args=(free_port(), name, delay, out, kwargs.get("restart_at"), kwargs.get("stop_at")),
-                       nprocs=RANKS, start_method="forkserver")
-    return [torch.load(f"{out}.{r}") for r in range(RANKS)]
+    mp.start_processes(worker, args=(free_port(), cases, out), nprocs=RANKS, start_method="forkserver")
+    per_rank = [torch.load(f"{out}.{r}") for r in range(RANKS)]
+    return [list(results) for results in zip(*per_rank)]
 
 
 def reference(name: str, delay: int) -> dict:
@@ -170,25 +175,44 @@ def close(got: list[torch.Tensor], want: list[torch.Tensor], what: str) -> None:
         torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6, msg=what)
 
 
-@pytest.mark.multiprocess
-@pytest.mark.parametrize("name, delay", [("sgd", 1), ("momentum", 1), ("momentum", 3), ("nesterov_wd", 2),
-                                         ("dampening_groups", 2), ("adam", 1), ("adamw", 2)])
-def test_two_processes_equal_the_reference(tmp_path, name, delay):
-    results = run(tmp_path, name, delay)
-    expected = reference(name, delay)
-    for rank, result in enumerate(results):
-        close(result["before_sync"], expected["ranks"][rank], f"rank {rank} before the sync")
-        close(result["params"], expected["synced"], f"rank {rank} after the sync")
-        assert result["applied"] == STEPS
-    assert not torch.equal(results[0]["before_sync"][0], results[1]["before_sync"][0]), "ranks differ between syncs"
-    for a, b in zip(results[0]["params"], results[1]["params"]):
-        assert torch.equal(a, b), "after a sync the ranks hold one model, to the bit"
+CASES = [("sgd", 1), ("momentum", 1), ("momentum", 3), ("nesterov_wd", 2), ("dampening_groups", 2), ("adam", 1),
+         ("adamw", 2)]
 
 
 @pytest.mark.multiprocess
-@pytest.mark.parametrize("name", ["momentum", "adamw"])
-def test_delay_zero_is_ddp(tmp_path, name):
-    """At delay 0 every step waits for the average and steps with it: DDP, whatever the optimizer."""
+def test_two_processes_equal_the_reference_and_resume_exactly_and_agree_on_stops(tmp_path):
+    """Every optimizer and delay of CASES against its reference; delay 0 is DDP; a checkpoint after step 4 with
+    2 exchanges in flight (this rank's weights, optimizer state and pending exchanges: the averages and its own
+    values) resumes to the uninterrupted result; a stop asked on rank 1 at step 3 is agreed by both ranks, with
+    delay 2, when step 3's average is applied, after step 5. One start of the two processes for them all."""
+    cases = [{"name": n, "delay": d} for n, d in CASES] + [{"name": n, "delay": 0} for n in ("momentum", "adamw")] \
+        + [{"name": n, "delay": 2, "restart_at": 5} for n in ("momentum", "adam")] \
+        + [{"name": "momentum", "delay": 2, "stop_at": 3}]
+    results = run(tmp_path, cases)
+    for case, ranks in zip(cases, results):
+        what = ", ".join(f"{k}={v}" for k, v in case.items())
+        if case["delay"] == 0:
+            for result in ranks:
+                close(result["params"], ddp(case["name"]), f"DDP ({what})")
+            continue
+        expected = reference(case["name"], case["delay"])
+        for rank, result in enumerate(ranks):
+            close(result["params"], expected["synced"], f"rank {rank} after the sync ({what})")
+            if "restart_at" not in case:
+                assert result["applied"] == STEPS
+                close(result["before_sync"], expected["ranks"][rank], f"rank {rank} before the sync ({what})")
+        assert not torch.equal(ranks[0]["before_sync"][0], ranks[1]["before_sync"][0]), f"ranks differ between syncs ({what})"
+        for a, b in zip(ranks[0]["params"], ranks[1]["params"]):
+            assert torch.equal(a, b), f"after a sync the ranks hold one model, to the bit ({what})"
+        if "stop_at" in case:
+            for result in ranks:
+                assert result["stops"] == [0] * 5 + [int(signal.SIGTERM)] * (STEPS - 5)
+        else:
+            assert all(result["stops"] == [0] * STEPS for result in ranks)
+
+
+def ddp(name: str) -> list[torch.Tensor]:
+    """DDP: every step the mean of both ranks' gradients, whatever the optimizer."""
     model = make_model()
     optimizer = OPTIMIZERS[name](model)
     for step in range(STEPS):
@@ -200,27 +224,7 @@ def test_delay_zero_is_ddp(tmp_path, name):
         for p, g in zip(model.parameters(), zip(*grads)):
             p.grad = sum(g) / RANKS
         optimizer.step()
-    for result in run(tmp_path, name, 0):
-        close(result["params"], [p.detach() for p in model.parameters()], "DDP")
-
-
-@pytest.mark.multiprocess
-@pytest.mark.parametrize("name", ["momentum", "adam"])
-def test_a_checkpoint_between_syncs_resumes_exactly(tmp_path, name):
-    """Stopped after step 4 with 2 exchanges in flight: this rank's weights, optimizer state and
-    pending exchanges (the averages and its own values) restore a run that ends where the
-    uninterrupted one does."""
-    expected = reference(name, 2)
-    for result in run(tmp_path, name, 2, restart_at=5):
-        close(result["params"], expected["synced"], "resumed")
-
-
-@pytest.mark.multiprocess
-def test_a_stop_asked_on_one_rank_is_agreed_on_every_rank_at_the_same_step(tmp_path):
-    """Rank 1 asks at step 3; with delay 2 both ranks learn it when step 3's average is applied, after step 5."""
-    results = run(tmp_path, "momentum", 2, stop_at=3)
-    for result in results:
-        assert result["stops"] == [0] * 5 + [int(signal.SIGTERM)] * (STEPS - 5)
+    return [p.detach() for p in model.parameters()]
 
 
 def test_sgd_response_is_sgds_own_answer():
