@@ -12,8 +12,9 @@ import pytest
 
 from clinicadl_cohort import SUBJECTS, keys, make_cohort, write_tsv
 from lightning_hybrid.data import ADNIDataModule, BadItemError
+from lightning_hybrid.data.clinicadl_splits import split_files
 from lightning_hybrid.data.clinicadl import (
-    ClinicaDLFormatError, baseline_rows, label_code, read_tsv, session_id, split_files, subject_key,
+    ClinicaDLFormatError, baseline_rows, label_code, read_tsv, session_id, subject_key,
 )
 from lightning_hybrid.data.leakage import LeakageError
 

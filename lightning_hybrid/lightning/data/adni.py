@@ -4,18 +4,16 @@ subject with leakage refused, preprocessed with MONAI."""
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import json
 import logging
 import os
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
@@ -23,117 +21,18 @@ from lightning_hybrid.lightning.data import clinicadl
 from lightning_hybrid.lightning.data.base import EpochSeededRandomSampler, InMemoryDataModule
 from lightning_hybrid.lightning.data.adni_settings import FLAT_NAMES, Augment, Cache, Source, Split, View, moved_keywords, settings
 from lightning_hybrid.lightning.data.clinicadl import ClinicaDLFormatError, Row
+from lightning_hybrid.lightning.data.clinicadl_splits import split_files
+from lightning_hybrid.lightning.data.adni_csv import read_csv_rows
 from lightning_hybrid.lightning.data.leakage import Scan, check_leakage
+from lightning_hybrid.lightning.data.split import check_splits, split_subjects
 from lightning_hybrid.lightning.data.volume_augment import VolumeAugment
 from lightning_hybrid.lightning.data.volume_datasets import Volumes, VolumesOn, in_threads
 from lightning_hybrid.lightning.data.volume_files import BadItemError, InspectionCache
 
 log = logging.getLogger(__name__)
 
-#: Column names a CSV may use for each field (case-insensitive): ADNI's usual spellings.
-COLUMNS = {
-    "subject_id": ("subject_id", "participant_id", "subject", "ptid", "rid", "subject id"),
-    "image": ("image", "path", "file", "filename", "image_path", "image path"),
-    "diagnosis": ("diagnosis", "dx", "dx_bl", "group", "research group", "label"),
-}
-#: Optional CSV column of the session (visit): baseline evaluation needs it.
-SESSION_COLUMNS = ("session_id", "session", "viscode", "visit")
 #: Tasks by name: the diagnoses they compare (ClinicaDL's ``diagnoses``).
 TASKS = {"AD_vs_CN": ("AD", "CN"), "AD_vs_NC": ("AD", "CN"), "pMCI_vs_sMCI": ("pMCI", "sMCI")}
-
-
-def _column(header: Sequence[str], aliases: Sequence[str]) -> str | None:
-    """The header's name of the first of ``aliases`` it has (case-insensitive), or None."""
-    lowered = {h.strip().lower(): h for h in header}
-    return next((lowered[alias] for alias in aliases if alias in lowered), None)
-
-
-def read_csv_rows(csv_path: Path, root: Path | None, skipped: list[str] | None = None) -> list[tuple[Row, Path]]:
-    """The rows of a comma-separated cohort table with a subject, an image path (relative to the CSV's
-    folder or ``root``, or absolute), a diagnosis and optionally a session column: ADNI's usual names.
-    A row with an unknown diagnosis raises BadItemError, or is listed in ``skipped`` when that is given."""
-    rows = []
-    with open(csv_path, newline="") as f:
-        reader = csv.DictReader(f)
-        header = reader.fieldnames or []
-        columns = {field: _column(header, aliases) for field, aliases in COLUMNS.items()}
-        for field, name in columns.items():
-            if name is None:
-                hint = " (a ClinicaDL TSV? pass caps_directory and tsv_path)" if "\t" in ",".join(header) else ""
-                raise BadItemError(f"{csv_path}: no {field!r} column (accepted names: {', '.join(COLUMNS[field])}); "
-                                   f"columns are {list(header)}{hint}")
-        session_column = _column(header, SESSION_COLUMNS)
-        for line, record in enumerate(reader, start=2):  # line 1 is the header
-            label = clinicadl.diagnosis_label(record[columns["diagnosis"]] or "")
-            if label is None:
-                error = BadItemError(
-                    f"{csv_path}, line {line}: unknown diagnosis {(record[columns['diagnosis']] or '').strip()!r} "
-                    "(known: AD, CN/NC, sMCI, pMCI, MCI and ADNI's spellings)"
-                )
-                if skipped is None:
-                    raise error
-                skipped.append(str(error))
-                continue
-            image = Path(record[columns["image"]].strip())
-            if not image.is_absolute():
-                image = (root or csv_path.parent) / image
-            session = (record[session_column] or "").strip() if session_column else ""
-            rows.append((Row(record[columns["subject_id"]].strip(), session, label, csv_path, line), image))
-    return rows
-
-
-def split_subjects(
-    scans: Sequence[Scan], val_fraction: float, test_fraction: float, seed: int, folds: int | None, fold: int
-) -> tuple[list[Scan], list[Scan], list[Scan]]:
-    """Train, validation and test scans; a subject's scans stay together; stratified per class, seeded.
-
-    With ``folds``, the test split is fold ``fold`` of a stratified k-fold over subjects, and the
-    validation split ``val_fraction`` of the rest.
-    """
-    by_subject: dict[str, list[Scan]] = defaultdict(list)
-    for scan in scans:
-        by_subject[scan.subject].append(scan)
-    by_class: dict[int, list[str]] = defaultdict(list)
-    for subject, subject_scans in sorted(by_subject.items()):
-        label = Counter(s.label for s in subject_scans).most_common(1)[0][0]
-        by_class[label].append(subject)
-    rng = np.random.default_rng(seed)
-    train, val, test = [], [], []
-    for label in sorted(by_class):
-        subjects = list(by_class[label])
-        rng.shuffle(subjects)
-        n = len(subjects)
-        if folds:
-            test_part = subjects[fold::folds]
-            rest = [s for s in subjects if s not in set(test_part)]
-        else:
-            n_test = int(round(n * test_fraction))
-            test_part, rest = subjects[:n_test], subjects[n_test:]
-        n_val = int(round(len(rest) * val_fraction / (1 - (0 if folds else test_fraction))))
-        test += test_part
-        val += rest[:n_val]
-        train += rest[n_val:]
-    pick = lambda names: [scan for name in names for scan in by_subject[name]]  # noqa: E731
-    return pick(train), pick(val), pick(test)
-
-
-def check_splits(
-    splits: dict[str, Sequence[Scan]], scans: Sequence[Scan], fractions: dict[str, float | None], labels: Sequence[str]
-) -> None:
-    """Raise a ValueError naming the cohort's numbers when a split asked for (fraction > 0, or a
-    cross-validation fold or split file: ``None``) came out empty: its metrics would silently be missing."""
-    for split, fraction in fractions.items():
-        if splits[split] or fraction == 0:
-            continue
-        subjects = {label: len({s.subject for s in scans if s.label == index}) for index, label in enumerate(labels)}
-        counts = ", ".join(f"{n} {label}" for label, n in subjects.items())
-        asked = f"data.split.{split}_fraction={fraction}" if fraction is not None else "the cross-validation fold or split file"
-        raise ValueError(
-            f"ADNI {' vs '.join(labels)}: the {split} split is empty. The cohort has {len({s.subject for s in scans})} "
-            f"subjects ({counts}; {len(scans)} scans) and {asked} gives 0 subjects "
-            f"per class (splits are by subject, stratified by class). Use a larger cohort (more subjects per class), "
-            f"raise data.split.{split}_fraction, or set data.split.{split}_fraction=0 to go without a {split} set."
-        )
 
 
 class ADNIDataModule(InMemoryDataModule):
@@ -149,7 +48,7 @@ class ADNIDataModule(InMemoryDataModule):
     uncropped one; ClinicaDL's extracted ``.pt`` tensor where ``clinicadl prepare-data`` wrote one).
     ``tsv_path`` is a TSV (``participant_id``, ``session_id``, ``diagnosis``: split here by subject) or
     one of ClinicaDL's split folders, read as that generation of ClinicaDL reads it
-    (:func:`~lightning_hybrid.lightning.data.clinicadl.split_files`): a single split (``train.tsv``,
+    (:func:`~lightning_hybrid.lightning.data.clinicadl_splits.split_files`): a single split (``train.tsv``,
     ``validation_baseline.tsv``), a k-fold folder (``split-<k>`` folders, ``split.fold`` picks one:
     ClinicaDL's ``--split``), or the ``split/`` folder of ``tsvtools split`` holding ``test_baseline.tsv``
     and its k-fold; where a single split and a k-fold lie side by side, no fold is the single split (as
@@ -300,7 +199,7 @@ class ADNIDataModule(InMemoryDataModule):
         tsv_path = Path(source.tsv_path)
         if tsv_path.is_file():
             return [(row, None) for row in self._read_tsvs([tsv_path], skipped)]
-        files = clinicadl.split_files(tsv_path, self.split.fold, self.split.baseline, self.split.valid_longitudinal,
+        files = split_files(tsv_path, self.split.fold, self.split.baseline, self.split.valid_longitudinal,
                                       self.labels, self.split.folds)
         self.longitudinal = {"val": files.validation_longitudinal, "test": files.test_longitudinal}
         log.info("ClinicaDL split (%s): train %s, validation %s, test %s", files.layout, *(
