@@ -139,7 +139,7 @@ class CollectiveLatency:
         return latent
 
 
-def latent_allreduce_hook(group: dist.ProcessGroup | None, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+def latent_allreduce_hook(group, bucket):  # noqa: ANN001, ANN201 (DDP checks the annotations, as objects)
     """A DDP communication hook doing what DDP does by default (each bucket summed across ``group`` and
     divided by its size) through ``torch.distributed.all_reduce``, so that an installed
     :class:`CollectiveLatency` delays it. ``group``: the hook's state (None: the default group)."""
