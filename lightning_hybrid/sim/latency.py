@@ -45,7 +45,9 @@ DELAYED = ("all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "r
 
 
 class _Timer:
-    """One daemon thread that completes futures at their due times (a heap of deadlines)."""
+    """One daemon thread that completes futures at their due times (a heap of deadlines). Each completion
+    runs in a thread of its own: a future's callbacks run where it is completed, and one may wait for a
+    later collective of this timer (torch's PowerSGD hook waits inside its callbacks)."""
 
     def __init__(self) -> None:
         self._heap: list[tuple[float, int, Callable[[], None]]] = []
@@ -67,7 +69,7 @@ class _Timer:
                 while not self._heap or self._heap[0][0] > time.monotonic():
                     self._wake.wait(None if not self._heap else max(self._heap[0][0] - time.monotonic(), 0.0))
                 _, _, action = heapq.heappop(self._heap)
-            action()
+            threading.Thread(target=action, name="collective-latency-completion", daemon=True).start()
 
 
 _TIMER = _Timer()
