@@ -213,6 +213,8 @@ def main(argv: list[str] | None = None) -> None:
     path = args.out / f"slow_link_{'pipeline' if args.pipeline else args.model}.json"
     results = json.loads(path.read_text()) if path.exists() else {"trajectories": [], "throughput": [], "final": []}
     results.setdefault("bytes", [])
+    if results.setdefault("target", args.target) != args.target:  # samples_to_target are to the file's target
+        raise SystemExit(f"{path} holds runs to {results['target']:.0%}: pass --target {results['target']}, or --out elsewhere")
 
     def save() -> None:
         path.write_text(json.dumps(results, indent=1))

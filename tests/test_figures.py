@@ -25,10 +25,6 @@ PAPERS = ROOT.parent / "shared" / "papers"
 #: Figures in prose that are not measurements: (page, figure, what it is, its formula for arithmetic).
 NOT_MEASURED = [
     ("docs/adni.md", "0.574", "arithmetic: always answering sMCI on 172 pMCI and 232 sMCI", 232 / 404),
-    ("docs/strategies/allreduce-asgd.md", "1.35x",
-     "arithmetic on the slow-link table at 100 Mbit/s: asgd_d1's 131072 samples in 43.9 s against DDP's 65536 in 29.7 s",
-     (131072 / 43.9) / (65536 / 29.7)),
-    ("docs/strategies/allreduce-asgd.md", "0.889", "arithmetic: momentum 0.9 whose mean delay 9 stays 9 with delay 1", 8 / 9),
     ("docs/strategies/ssp.md", "0.897", "arithmetic: mu'/(1-mu') = 0.9/0.1 - 0.25", 8.75 / 9.75),
     ("recipes/mao2017_modnn/README.md", "1.86x", "arithmetic on paper 001's 2-worker row: 15809 ms against 8509 ms", 15809 / 8509),
     ("recipes/mao2017_modnn/README.md", "4.28x", "paper 001's compute speed-up with 2-4 workers", None),

@@ -13,7 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 ZHANG = (ROOT / "recipes" / "zhang2017_delay_sync" / "README.md").read_text()
 HYBRID = (ROOT / "docs" / "strategies" / "hybrid.md").read_text()
-LINK = (ROOT / "docs" / "strategies" / "local-sgd.md").read_text()
+LINK = (ROOT / "docs" / "strategies" / "allreduce-asgd.md").read_text()
 SUMMARIES = [ROOT / "README.md", ROOT / "docs" / "_snippets" / "strategy_table.md"]
 
 
@@ -47,16 +47,19 @@ def expected_figures() -> dict[str, list[str]]:
     hybrid = [r for r in table_after(HYBRID, "### Against what you would pick instead") if r["vs DDP"]]
     two_ranks = [r for r in hybrid if r["scenario"] in ("2 equal ranks", "speeds [1, 2]", "real contention on rank 1")]
     (four,) = [r for r in hybrid if r["scenario"] == "speeds [1, 1, 2, 2]" and r["contender"] == "hybrid"]
-    link = {r["contender"]: r for r in table_after(LINK, "## Measured through a real slow link")}
+    link = {r["contender"]: r for r in table_after(LINK, "Time to 98 % under each source:")}
 
     def vs_ddp(contender: str, column: str) -> str:
         return re.search(r"\(([\d.]+x)\)", link[contender][column]).group(1)
 
     return {
-        "AllReduceASGDStrategy": [f"{vs_ddp('asgd_d1', '100mbit: s (x DDP)')} at 100 Mbit/s",
-                                  f"{vs_ddp('asgd_d1', '10mbit: s (x DDP)')} at 10 Mbit/s"],
+        "AllReduceASGDStrategy": [f"{vs_ddp('dga_d2', 'lat50ms: s (x DDP)')} sooner under 50 ms of latency",
+                                  f"{vs_ddp('dga_d4', 'lat200ms: s (x DDP)')} under 200 ms",
+                                  f"{vs_ddp('dga_d2', '100mbit: s (x DDP)')} at 100 Mbit/s",
+                                  f"{vs_ddp('dga_d2', 'unshaped: s (x DDP)')} unshaped"],
         "LocalSGDStrategy": [f"{vs_ddp('local_h32', '100mbit: s (x DDP)')} sooner at 100 Mbit/s",
-                             f"{vs_ddp('local_h64', '10mbit: s (x DDP)')} at 10 Mbit/s"],
+                             f"{vs_ddp('local_h64', '10mbit: s (x DDP)')} at 10 Mbit/s",
+                             f"{vs_ddp('local_h64', 'lat200ms: s (x DDP)')} under 200 ms of latency"],
         "BalancedDataParallelStrategy": [f"{span([factor(r['balanced']) for r in persistent])} sooner with one rank slow",
                                          f"({span([factor(r['balanced']) for r in none])})"],
         "SSPStrategy": [f"{span([factor(r['ssp']) for r in persistent])} sooner with one rank slow",
@@ -101,3 +104,13 @@ def test_the_straggler_reports_advice_quotes_the_grid():
         pattern, contenders, *sources = key.split("/")
         assert figures == of(pattern, contenders, *sources), key
     assert all(f"{low:.2f}-{high:.2f}x" in " ".join(ADVICE.values()) for low, high in MEASURED.values())
+
+
+def test_the_straggler_reports_transient_advice_quotes_the_slow_link_table():
+    from lightning_hybrid.straggler import ADVICE, FAMILY_SOURCE, FAMILY_TRANSIENT
+
+    assert "'Time to 98 % under each source'" in FAMILY_SOURCE
+    rows = {r["contender"]: r for r in table_after(LINK, "Time to 98 % under each source:")}
+    for contender, figure in FAMILY_TRANSIENT.items():
+        assert factor(re.search(r"\(([\d.]+x)\)", rows[contender]["stragglers: s (x DDP)"]).group(1)) == figure
+        assert f"{figure:.2f}x" in ADVICE["transient"]
