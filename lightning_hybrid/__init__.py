@@ -27,6 +27,7 @@ if _namespace.BASE == "pytorch_lightning" or __name__ != _namespace.PACKAGE:
         PartitionedInferenceStrategy,
         SSPStrategy,
     )
+    from lightning_hybrid.strategies import registry as _registry  # the aliases: Trainer(strategy="ssp")
 else:  # only `lightning` is installed: this package's names are its lightning flavour's (generated)
     from lightning_hybrid.lightning import (  # type: ignore[assignment]
         AllReduceASGDStrategy,

@@ -11,7 +11,10 @@ unified package: the same source with the package names replaced, written as rea
   ``tests/test_namespace.py`` fails when a file is stale) mirrors the package: each glue module (one
   that imports Lightning, directly or through another module of the package) is its source against
   ``lightning``, naming the mirror's glue; each other module (the algorithms) is a file that
-  re-exports that module, so that its objects are the same under both names.
+  re-exports that module, so that its objects are the same under both names. A package whose
+  ``__init__`` imports Lightning makes every module under it glue (importing one runs it); so the
+  packages that export glue (``data``, ``cli``, ``strategies``) import their exports on first use
+  (PEP 562, a ``LAZY`` table), and the plain modules under them stay one object per concept.
 - Where only ``lightning`` is installed, ``import lightning_hybrid`` gives the ``lightning`` flavour's
   names, and the command line runs the ``lightning`` flavour (``lightning_hybrid.lightning.cli``).
 - The strategies' aliases (``"ssp"``, ...): ``import lightning_hybrid`` registers them with
@@ -88,37 +91,54 @@ def _module_name(path: Path) -> str:
     return ".".join((PACKAGE, *(parts[:-1] if parts[-1] == "__init__" else parts)))
 
 
-def _imports(path: Path) -> tuple[bool, set[str]]:
-    """Whether ``path`` imports Lightning, and the package's modules it imports (anywhere in it)."""
-    lightning, own = False, set()
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+def _imports(path: Path) -> tuple[bool, set[str], set[str]]:
+    """Whether ``path`` imports Lightning, the package's modules it imports (anywhere in it), and those its
+    ``LAZY`` table names (a package that imports its exports on first use, PEP 562: ``data/__init__.py``)."""
+    lightning, own, lazy = False, set(), set()
+    tree = ast.parse(path.read_text(), filename=str(path))
+    # `if TYPE_CHECKING:` imports (a lazy package's names for type checkers) do not run: lazy too
+    for block in list(tree.body):
+        if isinstance(block, ast.If) and isinstance(block.test, ast.Name) and block.test.id == "TYPE_CHECKING":
+            lazy |= {f"{node.module}.{alias.name}" if _source_of(f"{node.module}.{alias.name}") else node.module
+                     for node in block.body if isinstance(node, ast.ImportFrom) for alias in node.names
+                     if node.module and _source_of(node.module)}
+            tree.body.remove(block)
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            names = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+            # `from package import submodule` depends on the submodule, `from module import name` on the module
+            names = [f"{node.module}.{alias.name}" if _source_of(f"{node.module}.{alias.name}") else node.module
+                     for alias in node.names]
         else:
             continue
         lightning |= any(name.split(".")[0] in (*RENAMES, "lightning") for name in names)
         # the package itself is not a dependency: every module of it runs its __init__ anyway
         own |= {name for name in names if name.split(".")[0] == PACKAGE and name != PACKAGE and _source_of(name) is not None}
-    return lightning, own
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "LAZY" for t in node.targets):
+            lazy |= {v.value for v in ast.walk(node.value) if isinstance(v, ast.Constant) and isinstance(v.value, str)
+                     and _source_of(v.value) is not None}
+    return lightning, own, lazy
 
 
 @cache
 def glue_modules() -> frozenset[str]:
     """The package's modules that import Lightning, directly or through another module of the package
-    (a module's parent packages included: importing it runs them)."""
-    direct, edges = set(), {}
+    (a module's parent packages included: importing it runs them), and the lazy packages that export
+    glue. A lazy package imports nothing when it is imported, so its modules do not inherit its glue:
+    a plain module under it is one module under both namespaces."""
+    imports, lazy, parents, eager = {}, {}, {}, set()
     for path in _generated_sources():
         name = _module_name(path)
-        lightning, own = _imports(path)
-        parents = {".".join(name.split(".")[:i]) for i in range(2, name.count(".") + 1)}
-        edges[name] = own | parents
+        lightning, imports[name], lazy[name] = _imports(path)
+        parents[name] = {".".join(name.split(".")[:i]) for i in range(2, name.count(".") + 1)}
         if lightning:
-            direct.add(name)
-    glue, changed = set(direct), True
-    while changed:
-        grown = {name for name, deps in edges.items() if deps & glue} | glue
+            eager.add(name)
+    glue, changed = set(eager), True
+    while changed:  # eager: importing it imports Lightning; glue: that, or a lazy package exporting glue
+        eager |= {name for name in imports if imports[name] & glue or parents[name] & eager}
+        grown = eager | {name for name in lazy if lazy[name] & glue}
         changed, glue = grown != glue, grown
     return frozenset(glue)
 

@@ -26,7 +26,11 @@ TESTS = Path(__file__).parent
 def test_the_modules_that_import_lightning_are_glue_and_the_others_are_shared():
     glue = namespace.glue_modules()
     assert {"lightning_hybrid", "lightning_hybrid.strategies.ssp", "lightning_hybrid.straggler"} <= glue
-    assert "lightning_hybrid.strategies.step_count" in glue  # through its package's __init__, which imports Lightning
+    assert "lightning_hybrid.strategies.step_count" in glue  # it imports pytorch_lightning
+    # under a package that imports its exports on first use (PEP 562), a plain module is shared
+    assert not {"lightning_hybrid.data.idx", "lightning_hybrid.data.adni_settings", "lightning_hybrid.cli.resume",
+                "lightning_hybrid.strategies.capabilities", "lightning_hybrid.strategies.process_watch"} & glue
+    assert {"lightning_hybrid.data", "lightning_hybrid.cli", "lightning_hybrid.strategies"} <= glue  # they export glue
     assert not {"lightning_hybrid.comm.delayed_allreduce", "lightning_hybrid.run_folder", "lightning_hybrid.namespace",
                 "lightning_hybrid.transfer"} & glue  # `from lightning_hybrid import run_folder` is not glue
     import lightning_hybrid.comm
@@ -36,6 +40,40 @@ def test_the_modules_that_import_lightning_are_glue_and_the_others_are_shared():
 
     assert lightning_hybrid.lightning.comm.DelayedAllReduce is lightning_hybrid.comm.DelayedAllReduce, "an algorithm's objects are one"
     assert mirrored._own_tensors is lightning_hybrid.pipeline.materialize._own_tensors  # private names too
+
+
+def test_what_is_not_lightning_glue_is_one_object_under_both_names(tmp_path):
+    """One class per concept: every public class, function and exception of a module that is not glue is the
+    same object under ``lightning_hybrid.lightning``; an exception raised under one name is caught under the
+    other; a ``View`` made under either name is taken by either namespace's ``ADNIDataModule``."""
+    import importlib
+
+    glue, checked = namespace.glue_modules(), 0
+    for path in namespace._generated_sources():
+        name = namespace._module_name(path)
+        if name in glue or name == namespace.PACKAGE:
+            continue
+        plain = importlib.import_module(name)
+        mirrored = importlib.import_module(namespace.MIRROR + name[len(namespace.PACKAGE):])
+        for attr in getattr(plain, "__all__", [a for a in vars(plain) if not a.startswith("_")]):
+            obj = getattr(plain, attr)
+            if isinstance(obj, type) or callable(obj):
+                assert getattr(mirrored, attr) is obj, f"{name}.{attr} is two objects"
+                checked += 1
+    assert checked > 100, checked
+
+    import lightning_hybrid.data as ours
+    import lightning_hybrid.lightning.data as theirs
+    from lightning_hybrid.data.adni_settings import View
+    from lightning_hybrid.lightning.data.adni_settings import View as TheirView
+
+    with pytest.raises(ours.DataFileError):
+        raise theirs.DataFileError("raised under lightning_hybrid.lightning, caught under lightning_hybrid")
+    for datamodule in (ours.ADNIDataModule, theirs.ADNIDataModule):
+        for view in (View(image_shape=(32, 32, 32)), TheirView(image_shape=(32, 32, 32))):
+            (tmp_path / "adni.csv").write_text("subject,session,label,path\n")
+            assert datamodule({"csv_path": tmp_path / "adni.csv"}, view=view).view == view
+    assert theirs.ADNIDataModule is not ours.ADNIDataModule  # Lightning glue: one per namespace
 
 
 def test_the_lightning_flavour_is_real_files_generated_and_current():

@@ -13,14 +13,31 @@ installed, the ``lightning`` flavour's). One module per job: ``app`` (the traini
 Hydra sweeps), ``slurm`` (``hydra/launcher=slurm``: what a job asks SLURM for, submitit tasks as
 ranks); ``explain`` is :mod:`lightning_hybrid.explain`. ``python -m lightning_hybrid.cli``
 runs :func:`main` too.
+
+The two names are imported on first use (PEP 562), so that the command's plain modules (``checks``,
+``resume``, ``plan``, ...) import no Lightning and are one module under both Lightning namespaces.
 """
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
 from lightning_hybrid import namespace
 
-if namespace.BASE == "lightning" and not __name__.startswith(namespace.MIRROR):
-    # Only `lightning` is installed: the command is the lightning flavour's (lightning_hybrid.lightning.cli).
-    from lightning_hybrid.lightning.cli.command import SUBCOMMANDS, main
-else:
+if TYPE_CHECKING:  # the names for type checkers; at run time, __getattr__ below imports them
     from lightning_hybrid.cli.command import SUBCOMMANDS, main
 
-__all__ = ["SUBCOMMANDS", "main"]
+#: Each name this package exports, and the module that defines it.
+LAZY = {"SUBCOMMANDS": "lightning_hybrid.cli.command", "main": "lightning_hybrid.cli.command"}
+
+__all__ = sorted(LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module = LAZY[name]
+    if namespace.BASE == "lightning" and not __name__.startswith(namespace.MIRROR):
+        module = namespace.lightning_name(module)  # only `lightning` is installed: the lightning flavour's command
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value

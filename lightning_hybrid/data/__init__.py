@@ -1,25 +1,49 @@
-"""Datamodules and data-file utilities."""
+"""Datamodules and data-file utilities.
 
-from lightning_hybrid.data.adni import ADNIDataModule, BadItemError, SyntheticADNIDataModule
-from lightning_hybrid.data.idx import DataFileError, read_idx, write_idx
-from lightning_hybrid.data.mnist import MNIST_FILES, MNISTDataModule, MNISTNotFoundError
-from lightning_hybrid.data.shard_datamodule import ShardDataModule
-from lightning_hybrid.data.shards import ShardError, ShardStore, pack
-from lightning_hybrid.data.synthetic import SyntheticMNISTDataModule
+The names below are imported on first use (PEP 562): importing a plain reader of this package
+(``lightning_hybrid.data.idx``, ``.clinicadl``, ``.adni_settings``, ...) imports no Lightning, so it is one
+module, with one class per concept, under both Lightning namespaces (:mod:`lightning_hybrid.namespace`).
+"""
 
-__all__ = [
-    "ADNIDataModule",
-    "BadItemError",
-    "DataFileError",
-    "MNIST_FILES",
-    "MNISTDataModule",
-    "MNISTNotFoundError",
-    "ShardDataModule",
-    "ShardError",
-    "ShardStore",
-    "SyntheticADNIDataModule",
-    "SyntheticMNISTDataModule",
-    "pack",
-    "read_idx",
-    "write_idx",
-]
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the names for type checkers; at run time, __getattr__ below imports them
+    from lightning_hybrid.data.adni import ADNIDataModule, BadItemError, SyntheticADNIDataModule
+    from lightning_hybrid.data.idx import DataFileError, read_idx, write_idx
+    from lightning_hybrid.data.mnist import MNIST_FILES, MNISTDataModule, MNISTNotFoundError
+    from lightning_hybrid.data.shard_datamodule import ShardDataModule
+    from lightning_hybrid.data.shards import ShardError, ShardStore, pack
+    from lightning_hybrid.data.synthetic import SyntheticMNISTDataModule
+
+#: Each name this package exports, and the module that defines it.
+LAZY = {
+    "ADNIDataModule": "lightning_hybrid.data.adni",
+    "BadItemError": "lightning_hybrid.data.adni",
+    "SyntheticADNIDataModule": "lightning_hybrid.data.adni",
+    "DataFileError": "lightning_hybrid.data.idx",
+    "read_idx": "lightning_hybrid.data.idx",
+    "write_idx": "lightning_hybrid.data.idx",
+    "MNIST_FILES": "lightning_hybrid.data.mnist",
+    "MNISTDataModule": "lightning_hybrid.data.mnist",
+    "MNISTNotFoundError": "lightning_hybrid.data.mnist",
+    "ShardDataModule": "lightning_hybrid.data.shard_datamodule",
+    "ShardError": "lightning_hybrid.data.shards",
+    "ShardStore": "lightning_hybrid.data.shards",
+    "pack": "lightning_hybrid.data.shards",
+    "SyntheticMNISTDataModule": "lightning_hybrid.data.synthetic",
+}
+
+__all__ = sorted(LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(LAZY[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *LAZY})

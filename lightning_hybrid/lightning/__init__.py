@@ -28,6 +28,7 @@ if _namespace.BASE == "lightning.pytorch" or __name__ != _namespace.PACKAGE:
         PartitionedInferenceStrategy,
         SSPStrategy,
     )
+    from lightning_hybrid.lightning.strategies import registry as _registry  # the aliases: Trainer(strategy="ssp")
 else:  # only `lightning` is installed: this package's names are its lightning flavour's (generated)
     from lightning_hybrid.lightning import (  # type: ignore[assignment]
         AllReduceASGDStrategy,

@@ -21,7 +21,7 @@ from torch.utils.data import DataLoader
 from lightning_hybrid.devices import PeakMemory
 from lightning_hybrid.say import say
 from lightning_hybrid.lightning.strategies.parameter_server import ParameterServerStrategy
-from lightning_hybrid.lightning.strategies.capabilities import capabilities_of
+from lightning_hybrid.strategies.capabilities import capabilities_of
 
 from lightning_hybrid.sim.contention import check_cores
 from lightning_hybrid.sim.latency import CollectiveLatency, latent_allreduce_hook

@@ -50,7 +50,7 @@ from lightning.fabric.utilities.data import _set_sampler_epoch
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from lightning_hybrid.lightning.strategies.common import CheckedDDPStrategy
-from lightning_hybrid.lightning.strategies.capabilities import capabilities_of
+from lightning_hybrid.strategies.capabilities import capabilities_of
 from lightning_hybrid.lightning.strategies.meeting import Deferred, meeting
 
 log = logging.getLogger(__name__)

@@ -26,7 +26,7 @@ import torch.distributed as dist
 
 from lightning_hybrid.comm.board import Board
 from lightning_hybrid.comm.stall_watch import StallWatch
-from lightning_hybrid.lightning.strategies.capabilities import capabilities_of
+from lightning_hybrid.strategies.capabilities import capabilities_of
 
 _SESSIONS = itertools.count()
 #: The limit is at most this share of a peer's own timeout (the parameter server's), so that a stall

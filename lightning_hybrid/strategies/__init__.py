@@ -1,61 +1,48 @@
 """Lightning strategies of the suite (Lightning glue only; the algorithms live in ``comm/``,
 ``parameter_server/``, ``pipeline/``, ``placement/``, ``partition/`` and ``balance/``).
 
-Importing this package registers each strategy's string aliases with Lightning's
-``StrategyRegistry`` (``import lightning_hybrid`` does so): ``"ssp"``, ``"ssp_bounded"``,
-``"ssp_async"``, ``"cneural"``, ``"allreduce_asgd"``, ``"allreduce_asgd_dc"``, ``"local_sgd"``, ``"hybrid"``,
-``"partitioned_inference"``, ``"balanced"``. Where ``lightning`` is imported already, the aliases are
-registered with ``lightning.pytorch``'s registry too, naming this package's ``lightning`` flavour
-(:mod:`lightning_hybrid.namespace`); ``import lightning_hybrid.lightning`` registers them there in any order.
+``import lightning_hybrid`` registers each strategy's string aliases with Lightning's ``StrategyRegistry``
+(:mod:`lightning_hybrid.strategies.registry`). The names below are imported on first use (PEP 562), so
+that the plain modules here (``capabilities``, ``forked_ranks``, ``process_watch``, ``rank_states``)
+import no Lightning and are one module under both Lightning namespaces.
 """
 
-import sys
-from functools import partial
-from typing import Any
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
-from pytorch_lightning.strategies import StrategyRegistry
+if TYPE_CHECKING:  # the names for type checkers; at run time, __getattr__ below imports them
+    from lightning_hybrid.strategies.allreduce_asgd import AllReduceASGDStrategy
+    from lightning_hybrid.strategies.balanced import BalancedDataParallelStrategy
+    from lightning_hybrid.strategies.cneural import CNeuralStrategy
+    from lightning_hybrid.strategies.hybrid import HybridParallelStrategy
+    from lightning_hybrid.strategies.local_sgd import LocalSGDStrategy
+    from lightning_hybrid.strategies.parameter_server import ParameterServerStrategy
+    from lightning_hybrid.strategies.partitioned_inference import PartitionedInferenceStrategy
+    from lightning_hybrid.strategies.ssp import ServerSampler, SSPStrategy
 
-from lightning_hybrid import namespace
-from lightning_hybrid.strategies.allreduce_asgd import AllReduceASGDStrategy
-from lightning_hybrid.strategies.balanced import BalancedDataParallelStrategy
-from lightning_hybrid.strategies.cneural import CNeuralStrategy
-from lightning_hybrid.strategies.hybrid import HybridParallelStrategy
-from lightning_hybrid.strategies.local_sgd import LocalSGDStrategy
-from lightning_hybrid.strategies.parameter_server import ParameterServerStrategy
-from lightning_hybrid.strategies.partitioned_inference import PartitionedInferenceStrategy
-from lightning_hybrid.strategies.ssp import ServerSampler, SSPStrategy
+#: Each name this package exports, and the module that defines it.
+LAZY = {
+    "AllReduceASGDStrategy": "lightning_hybrid.strategies.allreduce_asgd",
+    "BalancedDataParallelStrategy": "lightning_hybrid.strategies.balanced",
+    "CNeuralStrategy": "lightning_hybrid.strategies.cneural",
+    "HybridParallelStrategy": "lightning_hybrid.strategies.hybrid",
+    "LocalSGDStrategy": "lightning_hybrid.strategies.local_sgd",
+    "ParameterServerStrategy": "lightning_hybrid.strategies.parameter_server",
+    "PartitionedInferenceStrategy": "lightning_hybrid.strategies.partitioned_inference",
+    "SSPStrategy": "lightning_hybrid.strategies.ssp",
+    "ServerSampler": "lightning_hybrid.strategies.ssp",
+}
 
-_ALIASED = (SSPStrategy, CNeuralStrategy, AllReduceASGDStrategy, HybridParallelStrategy, PartitionedInferenceStrategy,
-            BalancedDataParallelStrategy, LocalSGDStrategy)
-for _strategy in _ALIASED:
-    _strategy.register_strategies(StrategyRegistry)
-
-
-def _lightning_flavour(strategy: type, **init_params: Any) -> Any:
-    return namespace.mirrored(strategy)(**init_params)
-
-
-def _register_lightning_flavours(strategies_module: Any) -> None:
-    """``lightning.pytorch``'s registry: each alias builds the ``lightning`` flavour, imported on first use."""
-    for strategy in _ALIASED:
-        for name, (description, init_params) in strategy.aliases.items():
-            strategies_module.StrategyRegistry.register(name, partial(_lightning_flavour, strategy), description=description,
-                                                        override=True, **init_params)
+__all__ = sorted(LAZY)
 
 
-# In this package only (not in its lightning flavour, whose own registrations above are lightning.pytorch's):
-# where `lightning` is imported already, its Trainer gets the aliases too, naming the lightning flavour.
-if not __name__.startswith(namespace.MIRROR) and "lightning.pytorch.strategies" in sys.modules:
-    _register_lightning_flavours(sys.modules["lightning.pytorch.strategies"])
+def __getattr__(name: str) -> Any:
+    if name not in LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(LAZY[name]), name)
+    globals()[name] = value
+    return value
 
-__all__ = [
-    "AllReduceASGDStrategy",
-    "BalancedDataParallelStrategy",
-    "CNeuralStrategy",
-    "HybridParallelStrategy",
-    "LocalSGDStrategy",
-    "ParameterServerStrategy",
-    "PartitionedInferenceStrategy",
-    "SSPStrategy",
-    "ServerSampler",
-]
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *LAZY})

@@ -12,16 +12,33 @@ Hydra's command line around :func:`lightning_hybrid.lightning.cli.app.train`; wh
 installed, the ``lightning`` flavour's). One module per job: ``app`` (the training app), ``data``
 (``lightning-hybrid data ...``), ``plan`` (``lightning-hybrid plan``), ``relaunch`` (child ranks under
 Hydra sweeps), ``slurm`` (``hydra/launcher=slurm``: what a job asks SLURM for, submitit tasks as
-ranks); ``explain`` is :mod:`lightning_hybrid.lightning.explain`. ``python -m lightning_hybrid.lightning.cli``
+ranks); ``explain`` is :mod:`lightning_hybrid.explain`. ``python -m lightning_hybrid.lightning.cli``
 runs :func:`main` too.
+
+The two names are imported on first use (PEP 562), so that the command's plain modules (``checks``,
+``resume``, ``plan``, ...) import no Lightning and are one module under both Lightning namespaces.
 """
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
 from lightning_hybrid.lightning import namespace
 
-if namespace.BASE == "lightning" and not __name__.startswith(namespace.MIRROR):
-    # Only `lightning` is installed: the command is the lightning flavour's (lightning_hybrid.lightning.cli).
-    from lightning_hybrid.lightning.cli.command import SUBCOMMANDS, main
-else:
+if TYPE_CHECKING:  # the names for type checkers; at run time, __getattr__ below imports them
     from lightning_hybrid.lightning.cli.command import SUBCOMMANDS, main
 
-__all__ = ["SUBCOMMANDS", "main"]
+#: Each name this package exports, and the module that defines it.
+LAZY = {"SUBCOMMANDS": "lightning_hybrid.lightning.cli.command", "main": "lightning_hybrid.lightning.cli.command"}
+
+__all__ = sorted(LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module = LAZY[name]
+    if namespace.BASE == "lightning" and not __name__.startswith(namespace.MIRROR):
+        module = namespace.lightning_name(module)  # only `lightning` is installed: the lightning flavour's command
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value

@@ -37,13 +37,13 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning_hybrid.lightning import namespace
 from lightning_hybrid.lightning.classifier import ClassifierModule
 from lightning_hybrid.lightning.callbacks import ContinueCSVLog, HeterogeneitySimulator, ProgressLog, TransferWeights
-from lightning_hybrid.lightning.cli.checks import check_checkpoint_readable, check_model_fits_data, check_optimizer
-from lightning_hybrid.lightning.cli.relaunch import child_ranks_rerun_this_job, in_multirun
-from lightning_hybrid.lightning.cli.resume import compared_config, record_end, record_start, resolve_ckpt_path
+from lightning_hybrid.cli.checks import check_checkpoint_readable, check_model_fits_data, check_optimizer
+from lightning_hybrid.cli.relaunch import child_ranks_rerun_this_job, in_multirun
+from lightning_hybrid.cli.resume import compared_config, record_end, record_start, resolve_ckpt_path
 from lightning_hybrid.lightning.cli.slurm import submitit_task_as_rank, task_threads  # also registers ${lh_slurm:...}
 from lightning_hybrid.lightning.preemption import Preemption, Stop
 from lightning_hybrid.lightning.strategies.checkpoint_io import AtomicCheckpointIO
-from lightning_hybrid.lightning.strategies.capabilities import capabilities_of
+from lightning_hybrid.strategies.capabilities import capabilities_of
 from lightning_hybrid.transfer import transfer_checkpoint
 from lightning_hybrid.lightning.watchdog import Watchdog
 
@@ -52,7 +52,7 @@ log = logging.getLogger("lightning_hybrid")
 
 def _logical_workers(quota: Any) -> int:
     """``${logical_workers:QUOTA}`` in configs: cNeural's k = min(cores, memory / quota) on this machine."""
-    from lightning_hybrid.lightning.data.shards import logical_workers
+    from lightning_hybrid.data.shards import logical_workers
     from lightning_hybrid.devices import parse_size
 
     return logical_workers(parse_size(quota))

@@ -10,10 +10,10 @@ import hydra
 from omegaconf import DictConfig
 
 from lightning_hybrid.lightning.cli.app import train
-from lightning_hybrid.lightning.cli.checks import user_error
+from lightning_hybrid.cli.checks import user_error
 from lightning_hybrid.lightning.cli.data import data_command
 from lightning_hybrid.lightning.cli.plan import plan_command
-from lightning_hybrid.lightning.data.adni_settings import FLAT_NAMES
+from lightning_hybrid.data.adni_settings import FLAT_NAMES
 
 
 # The job's name (the run's log file cli.log, "cli is powered by Hydra" in --help) is configs/hydra/default.yaml's.
@@ -32,7 +32,7 @@ def _hydra_train(cfg: DictConfig) -> float | None:
 
 
 def explain_command(argv: list[str]) -> None:
-    from lightning_hybrid.lightning.explain import explain_command as run
+    from lightning_hybrid.explain import explain_command as run
 
     run(argv)
 

@@ -10,14 +10,14 @@ log = logging.getLogger("lightning_hybrid")
 
 def data_command(argv: list[str]) -> None:
     """``lightning-hybrid data make-adni-like OUT --subjects N``: an ADNI-like cohort from real anatomy in
-    ClinicaDL's layout (CAPS, TSVs, split folders; :mod:`lightning_hybrid.lightning.data.adni_like`);
+    ClinicaDL's layout (CAPS, TSVs, split folders; :mod:`lightning_hybrid.data.adni_like`);
     ``lightning-hybrid data synth-adni --out DIR --subjects N``: synthetic geometric volumes and a CSV;
     ``lightning-hybrid data pack --root MNIST_DIR --out STORE``: MNIST as a shard store;
     ``lightning-hybrid data augment-mnist --root MNIST_DIR --out STORE --samples N``: MNIST's training
     digits expanded with elastic and affine distortions to N samples, as a shard store (cNeural)."""
     import argparse
 
-    from lightning_hybrid.lightning.data.adni_phantoms import write_synthetic_adni
+    from lightning_hybrid.data.adni_phantoms import write_synthetic_adni
 
     parser = argparse.ArgumentParser(prog="lightning-hybrid data", description="Write data sets.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -59,7 +59,7 @@ def data_command(argv: list[str]) -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
 
     def read_mnist(split: str):
-        from lightning_hybrid.lightning.data.idx import read_idx
+        from lightning_hybrid.data.idx import read_idx
         from lightning_hybrid.lightning.data.mnist import MNIST_FILES, find_mnist_folder
 
         folder = find_mnist_folder(args.root)
@@ -70,7 +70,7 @@ def data_command(argv: list[str]) -> None:
                      for n in (f"{prefix}-images-idx3-ubyte.gz", f"{prefix}-labels-idx1-ubyte.gz"))
 
     if args.command == "pack":
-        from lightning_hybrid.lightning.data.shards import pack as pack_store
+        from lightning_hybrid.data.shards import pack as pack_store
 
         images, labels = read_mnist(args.split)
         store = pack_store(images[:, None], labels.astype("int64"), args.out, args.shard_size)
@@ -79,7 +79,7 @@ def data_command(argv: list[str]) -> None:
     if args.command == "augment-mnist":
         import time
 
-        from lightning_hybrid.lightning.data.digit_distortion import augment_mnist
+        from lightning_hybrid.data.digit_distortion import augment_mnist
 
         if args.samples < 1 or args.shard_size < 1:
             raise SystemExit(f"--samples and --shard-size must be >= 1, got {args.samples} and {args.shard_size}")
@@ -94,7 +94,7 @@ def data_command(argv: list[str]) -> None:
     if args.command == "make-adni-like":
         from dataclasses import replace
 
-        from lightning_hybrid.lightning.data.adni_like import MRICRON_TEMPLATES, CohortSettings, TemplateNotFoundError, write_cohort
+        from lightning_hybrid.data.adni_like import MRICRON_TEMPLATES, CohortSettings, TemplateNotFoundError, write_cohort
 
         if args.subjects < len(args.diagnoses):
             raise SystemExit(f"--subjects {args.subjects}: at least one per diagnosis ({len(args.diagnoses)}) is needed")

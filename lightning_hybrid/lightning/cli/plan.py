@@ -12,7 +12,7 @@ of ``{speed, memory, bandwidth}`` mappings (one per stage; YAML syntax); ``input
 says what the device speeds are (:mod:`lightning_hybrid.devices`): ``flops`` (default) relative
 speeds, turned into FLOP/s with this machine's probed FLOP/s as speed 1, or ``raw`` FLOP/s;
 ``figure=PATH`` also draws the placements and the best one's pipeline timeline into a PNG
-(:mod:`lightning_hybrid.lightning.cli.plan_figure`; matplotlib, the ``plots`` extra).
+(:mod:`lightning_hybrid.cli.plan_figure`; matplotlib, the ``plots`` extra).
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def plan_command(argv: list[str]) -> str:
               + ", ".join(f"{d.name} {d.speed / 1e9:.2f} GFLOP/s" for d in devices))
     text = header + "\n\n" + table
     if parsed["figure"]:
-        from lightning_hybrid.lightning.cli.plan_figure import draw
+        from lightning_hybrid.cli.plan_figure import draw
 
         draw(Path(str(parsed["figure"])), devices, results, block_names=[b.name for b in blocks])
         text += f"\n\nfigure: {parsed['figure']}"

@@ -19,15 +19,15 @@ from torch.utils.data import DataLoader, Dataset
 
 from lightning_hybrid.lightning.data import clinicadl
 from lightning_hybrid.lightning.data.base import EpochSeededRandomSampler, InMemoryDataModule
-from lightning_hybrid.lightning.data.adni_settings import FLAT_NAMES, Augment, Cache, Source, Split, View, moved_keywords, settings
-from lightning_hybrid.lightning.data.clinicadl import ClinicaDLFormatError, Row
-from lightning_hybrid.lightning.data.clinicadl_splits import split_files
-from lightning_hybrid.lightning.data.adni_csv import read_csv_rows
-from lightning_hybrid.lightning.data.leakage import Scan, check_leakage
-from lightning_hybrid.lightning.data.split import check_splits, split_subjects
-from lightning_hybrid.lightning.data.volume_augment import VolumeAugment
-from lightning_hybrid.lightning.data.volume_datasets import Volumes, VolumesOn, in_threads
-from lightning_hybrid.lightning.data.volume_files import BadItemError, InspectionCache
+from lightning_hybrid.data.adni_settings import FLAT_NAMES, Augment, Cache, Source, Split, View, moved_keywords, settings
+from lightning_hybrid.data.clinicadl import ClinicaDLFormatError, Row
+from lightning_hybrid.data.clinicadl_splits import split_files
+from lightning_hybrid.data.adni_csv import read_csv_rows
+from lightning_hybrid.data.leakage import Scan, check_leakage
+from lightning_hybrid.data.split import check_splits, split_subjects
+from lightning_hybrid.data.volume_augment import VolumeAugment
+from lightning_hybrid.data.volume_datasets import Volumes, VolumesOn, in_threads
+from lightning_hybrid.data.volume_files import BadItemError, InspectionCache
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ TASKS = {"AD_vs_CN": ("AD", "CN"), "AD_vs_NC": ("AD", "CN"), "pMCI_vs_sMCI": ("p
 class ADNIDataModule(InMemoryDataModule):
     """Structural MRI of AD vs CN or pMCI vs sMCI, as ClinicaDL's users have it or listed in a CSV.
 
-    Its settings come in groups (:mod:`lightning_hybrid.lightning.data.adni_settings`; each a dataclass or a
+    Its settings come in groups (:mod:`lightning_hybrid.data.adni_settings`; each a dataclass or a
     mapping of its fields, a key of ``data`` under Hydra): ``source`` (ClinicaDL's outputs or a CSV),
     ``split`` (folds, fractions, sessions, the leakage check), ``view`` (the preprocessing), ``augment``
     and ``cache``; the task and the loader's settings are plain arguments, as for every datamodule here.
@@ -48,7 +48,7 @@ class ADNIDataModule(InMemoryDataModule):
     uncropped one; ClinicaDL's extracted ``.pt`` tensor where ``clinicadl prepare-data`` wrote one).
     ``tsv_path`` is a TSV (``participant_id``, ``session_id``, ``diagnosis``: split here by subject) or
     one of ClinicaDL's split folders, read as that generation of ClinicaDL reads it
-    (:func:`~lightning_hybrid.lightning.data.clinicadl_splits.split_files`): a single split (``train.tsv``,
+    (:func:`~lightning_hybrid.data.clinicadl_splits.split_files`): a single split (``train.tsv``,
     ``validation_baseline.tsv``), a k-fold folder (``split-<k>`` folders, ``split.fold`` picks one:
     ClinicaDL's ``--split``), or the ``split/`` folder of ``tsvtools split`` holding ``test_baseline.tsv``
     and its k-fold; where a single split and a k-fold lie side by side, no fold is the single split (as
@@ -72,17 +72,17 @@ class ADNIDataModule(InMemoryDataModule):
     ``CN`` and ``AD``) and so is the class order (sorted: AD 0, CN 1; pMCI 0, sMCI 1): a checkpoint's
     class 0 is the disease in both tasks. ``diagnoses`` picks the labels (``task`` names a pair).
 
-    **Leakage is refused before training** (:mod:`lightning_hybrid.lightning.data.leakage`): ADNI's three
+    **Leakage is refused before training** (:mod:`lightning_hybrid.data.leakage`): ADNI's three
     spellings of a subject (PTID ``002_S_0295``, BIDS ``sub-ADNI002S0295``, RID ``295``) are one
     subject and ``ses-M00`` is ``ses-M000``; a session listed twice, a subject in two splits and the
     same image under two names (its voxels' hash) each stop the run naming the offenders.
 
-    Preprocessing with MONAI (:class:`~lightning_hybrid.lightning.data.adni_settings.View`): canonical (RAS)
+    Preprocessing with MONAI (:class:`~lightning_hybrid.data.adni_settings.View`): canonical (RAS)
     orientation, resampling to ``view.spacing`` mm, intensity normalization over the non-zero voxels,
     crop or pad to ``view.image_shape`` about the centre (the default, 112 x 136 x 120 voxels of 1.5 mm,
     holds a whole brain), optional downsampling by an integer factor.
 
-    Feeding a GPU (:class:`~lightning_hybrid.lightning.data.adni_settings.Cache`): the deterministic preprocessing
+    Feeding a GPU (:class:`~lightning_hybrid.data.adni_settings.Cache`): the deterministic preprocessing
     runs once per volume. ``cache.where="memory"`` holds the preprocessed volumes in memory (built at setup,
     ``cache.threads`` at a time); ``"device"`` moves them once more, to the training device, where
     batches are gathered without loader workers, pinning or copies (MONAI's fast-training advice: cache
@@ -92,16 +92,16 @@ class ADNIDataModule(InMemoryDataModule):
     them from ``cache.dir`` at every access, ``None`` preprocesses at every access. With ``cache.dir``
     set they also persist there between runs (MONAI's ``PersistentDataset``, keyed by the file and the
     view), as do the volumes' checks and hashes, so a later run, or another process of this one, reads
-    instead of decoding. Training augmentation (:class:`~lightning_hybrid.lightning.data.adni_settings.Augment`:
+    instead of decoding. Training augmentation (:class:`~lightning_hybrid.data.adni_settings.Augment`:
     random flips, small affine transforms, Gaussian noise) runs on the batch after it reached the
     training device (``augment.where="device"``:
-    :class:`~lightning_hybrid.lightning.data.volume_augment.VolumeAugment`, a few batched tensor operations) or
+    :class:`~lightning_hybrid.data.volume_augment.VolumeAugment`, a few batched tensor operations) or
     per sample in the DataLoader's workers (``augment.where="workers"``, MONAI's random transforms).
     Loaders use ``num_workers`` worker processes (``"auto"``: 2 unless augmenting in the workers, else
     up to 8 within this process's share of the cores), kept alive between epochs, pinned memory when
     CUDA is present (``pin_memory="auto"``) and ``prefetch_factor`` batches in flight per worker.
 
-    Validation and test batches are ``(image, label, key)`` (see :class:`~lightning_hybrid.lightning.data.volume_datasets.Volumes`); the
+    Validation and test batches are ``(image, label, key)`` (see :class:`~lightning_hybrid.data.volume_datasets.Volumes`); the
     :class:`~lightning_hybrid.ClassifierModule` reports balanced accuracy, sensitivity, specificity and
     AUC per scan and per subject from them, and ``val/bacc`` picks checkpoints (:attr:`monitor`).
 
@@ -331,7 +331,7 @@ class ADNIDataModule(InMemoryDataModule):
 
     # ------------------------------------------------------------------ preprocessing and loaders
     def preprocessing(self, keep_meta: bool = False) -> Any:
-        """The deterministic preprocessing of a ``{"image": path}`` item (:meth:`View.transform <lightning_hybrid.lightning.data.adni_settings.View.transform>`)."""
+        """The deterministic preprocessing of a ``{"image": path}`` item (:meth:`View.transform <lightning_hybrid.data.adni_settings.View.transform>`)."""
         return self.view.transform(keep_meta)
 
     def _preprocessed(self, scans: Sequence[Scan], split: str) -> Sequence[Any] | Dataset:
@@ -406,15 +406,15 @@ class ADNIDataModule(InMemoryDataModule):
 
 
 class SyntheticADNIDataModule(ADNIDataModule):
-    """:class:`ADNIDataModule` over synthetic volumes (:mod:`lightning_hybrid.lightning.data.adni_phantoms`), written
+    """:class:`ADNIDataModule` over synthetic volumes (:mod:`lightning_hybrid.data.adni_phantoms`), written
     into ``root`` first when its ``adni.csv`` is absent: the whole pipeline without ADNI access, in
-    seconds (geometric shapes; :mod:`lightning_hybrid.lightning.data.adni_like` builds a cohort from real anatomy)."""
+    seconds (geometric shapes; :mod:`lightning_hybrid.data.adni_like` builds a cohort from real anatomy)."""
 
     def __init__(
         self, root: str | Path, subjects: int = 40, volume_shape: Sequence[int] = (64, 76, 64), synth_seed: int = 0,
         source: None = None, **kwargs: Any,
     ) -> None:
-        from lightning_hybrid.lightning.data.adni_phantoms import write_synthetic_adni
+        from lightning_hybrid.data.adni_phantoms import write_synthetic_adni
 
         if source is not None:
             raise ValueError("SyntheticADNIDataModule writes and reads root/adni.csv; set root, not source")

@@ -12,9 +12,9 @@ import torch
 from torch.utils.data import TensorDataset
 
 from lightning_hybrid.lightning.data.base import InMemoryDataModule
-from lightning_hybrid.lightning.data.download import DownloadError, download
-from lightning_hybrid.lightning.data.idx import read_idx
-from lightning_hybrid.lightning.data.split import seeded_split
+from lightning_hybrid.data.download import DownloadError, download
+from lightning_hybrid.data.idx import read_idx
+from lightning_hybrid.data.split import seeded_split
 
 log = logging.getLogger(__name__)
 

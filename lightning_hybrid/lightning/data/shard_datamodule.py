@@ -2,7 +2,7 @@
 """A datamodule over a shard store: each worker loads its own shards once, in parallel, and keeps them.
 
 cNeural's "load once, read many" (paper 002): worker ``r`` of ``W`` reads the shards
-:func:`~lightning_hybrid.lightning.data.shards.assign_shards` gives it (all workers read at the same time,
+:func:`~lightning_hybrid.data.shards.assign_shards` gives it (all workers read at the same time,
 each with a few threads), checks them against their md5 and its memory quota, and keeps them
 resident for every epoch, in the stored dtype (uint8 images stay uint8; each batch is converted to
 float when it is drawn). Validation and test sets come from stores of their own and are sharded
@@ -22,7 +22,7 @@ import lightning.pytorch as pl
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
-from lightning_hybrid.lightning.data.shards import ShardError, ShardStore, assign_shards, logical_workers
+from lightning_hybrid.data.shards import ShardError, ShardStore, assign_shards, logical_workers
 from lightning_hybrid.devices import parse_size
 
 log = logging.getLogger(__name__)

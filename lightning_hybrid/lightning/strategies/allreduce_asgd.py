@@ -23,7 +23,7 @@ from lightning_hybrid.comm.delayed_averaging import DelayedGradientAveraging
 from lightning_hybrid.parameter_server.update_rule import MOMENTUM_CORRECTIONS, UpdateRule
 from lightning_hybrid.lightning.strategies import common
 from lightning_hybrid.lightning.strategies.meeting import Agreement, Carried, EveryBatch
-from lightning_hybrid.lightning.strategies.rank_states import RankStates
+from lightning_hybrid.strategies.rank_states import RankStates
 
 #: Where a checkpoint written between sync points keeps the pending averages (``method="pipe_sgd"``:
 #: the same on every rank).

@@ -1,64 +1,9 @@
 # Generated from lightning_hybrid/strategies/capabilities.py by `python tools/generate_lightning_namespace.py`: edit that file, not this one.
-"""What the suite's callers ask of a strategy, in one place: every capability, its meaning and its default.
+"""``lightning_hybrid.strategies.capabilities`` under ``lightning``: the same objects (it imports no Lightning)."""
 
-Callbacks, the launcher, the preemption handler and the command ask a strategy things Lightning's
-strategies do not answer: can it slow its own compute (a simulated straggler), does it log its ranks' peak
-memory itself, can a checkpoint written between two batches resume it? :class:`Capabilities` names each,
-with the answer of a strategy that says nothing; the suite's strategies derive from it
-(:class:`~lightning_hybrid.lightning.strategies.common.CheckedDDPStrategy`) and override what they do otherwise.
-Callers read :func:`capabilities_of` ``(trainer.strategy)``, which answers with the defaults for any other
-strategy (Lightning's ``ddp``, ``single``): no probing with ``hasattr``.
-
-Example::
-
-    >>> from lightning.pytorch.strategies import DDPStrategy
-    >>> capabilities_of(DDPStrategy()).resumes_mid_epoch, capabilities_of(DDPStrategy()).slows_its_compute
-    (True, False)
-"""
-
-from __future__ import annotations
-
-from typing import Any
+from lightning_hybrid.strategies.capabilities import *  # noqa: F403
+from lightning_hybrid.strategies import capabilities as _same
 
 
-class Capabilities:
-    """The answers a strategy gives its callers (see the module docstring); each attribute's default is what a
-    strategy that does not say otherwise means."""
-
-    #: A checkpoint written between two batches holds all of the strategy's state, so a run resumed from it
-    #: continues the epoch (False: the parameter servers, whose workers are at different clocks; they resume
-    #: from the last epoch end). Read by :mod:`lightning_hybrid.lightning.preemption`.
-    resumes_mid_epoch: bool = True
-    #: The strategy logs ``memory/rank<r>_peak_MiB`` itself (the pipeline, beside its plan's estimates), so
-    #: :class:`~lightning_hybrid.lightning.callbacks.PeakMemoryMonitor` stands aside.
-    logs_peak_memory: bool = False
-    #: :meth:`inject_compute_slowdown` slows the strategy's own compute (the pipeline's stages, balanced
-    #: shares, partitioned inference), where a simulated straggler's time must go inside the step; otherwise
-    #: :class:`~lightning_hybrid.lightning.callbacks.HeterogeneitySimulator` sleeps after the step.
-    slows_its_compute: bool = False
-    #: Seconds this rank spent waiting for its peers so far (the simulator's clock subtracts them on GPUs).
-    communication_wait_s: float = 0.0
-    #: How long a peer may be silent before the strategy itself calls it lost (the watchdog waits a share of it).
-    peer_timeout_s: float = float("inf")
-    #: The watch over the processes this rank started (None: none, or Lightning's own launcher's).
-    process_watch: Any = None
-    #: A parameter server's load report after fitting (rank 0; None: no server).
-    server_load: Any = None
-
-    def inject_compute_slowdown(self, factor: float) -> None:
-        """Make this rank's compute ``factor`` times slower (only where :attr:`slows_its_compute`)."""
-        raise NotImplementedError(f"{type(self).__name__} cannot slow its own compute")
-
-    def check_evaluation(self, trainer: Any, model: Any) -> None:
-        """Raise for a validate, test or predict run the strategy cannot do, before other processes start."""
-
-    def on_batches_skipped(self, batches: int) -> None:
-        """A resumed run skipped ``batches`` training batches of its epoch (trained before the checkpoint)."""
-
-
-_DEFAULTS = Capabilities()
-
-
-def capabilities_of(strategy: Any) -> Capabilities:
-    """``strategy``'s answers: itself for the suite's strategies, the defaults for any other."""
-    return strategy if isinstance(strategy, Capabilities) else _DEFAULTS
+def __getattr__(name: str) -> object:  # its other names: private ones, names outside its __all__
+    return getattr(_same, name)

@@ -20,11 +20,11 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
 from lightning_hybrid.comm.collectives import ddp_group, workers_backend
 from lightning_hybrid.pipeline.protocol import pipeline_blocks
-from lightning_hybrid.lightning.strategies.capabilities import Capabilities
+from lightning_hybrid.strategies.capabilities import Capabilities
 from lightning_hybrid.lightning.strategies.checkpoint_io import AtomicCheckpointIO
-from lightning_hybrid.lightning.strategies.forked_ranks import fork_ranks
+from lightning_hybrid.strategies.forked_ranks import fork_ranks
 from lightning_hybrid.lightning.strategies.meeting import Agreement, Deferred, EveryBatch, meeting
-from lightning_hybrid.lightning.strategies.process_watch import CHILD_GRACE_S, LAUNCHER_PID_ENV, ProcessWatch, die_with_parent
+from lightning_hybrid.strategies.process_watch import CHILD_GRACE_S, LAUNCHER_PID_ENV, ProcessWatch, die_with_parent
 
 
 class SyncPoints(Callback):
@@ -72,7 +72,7 @@ class CheckingLauncher(_SubprocessScriptLauncher):
     """Lightning's subprocess launcher that first calls ``strategy.check_trainer(trainer, model)``
     (fitting) or ``strategy.check_evaluation(trainer, model)`` (validate, test, predict; when the
     strategy has it), so that a run the strategy cannot do fails before any other process starts,
-    and that watches the processes it starts with a :class:`~lightning_hybrid.lightning.strategies.process_watch.ProcessWatch`
+    and that watches the processes it starts with a :class:`~lightning_hybrid.strategies.process_watch.ProcessWatch`
     (``self.watch``) instead of Lightning's observer."""
 
     def __init__(self, strategy: Any, *args: Any) -> None:
@@ -197,13 +197,13 @@ class CheckedDDPStrategy(Capabilities, DDPStrategy):
     the workers' backend chosen by :func:`~lightning_hybrid.comm.collectives.workers_backend`, a
     launcher that asks the strategy to refuse what it cannot run before any other process starts
     (:meth:`check_devices`, :meth:`check_trainer`) and watches the processes it starts
-    (:mod:`~lightning_hybrid.lightning.strategies.process_watch`), checkpoints saved atomically
+    (:mod:`~lightning_hybrid.strategies.process_watch`), checkpoints saved atomically
     (:class:`~lightning_hybrid.lightning.strategies.checkpoint_io.AtomicCheckpointIO`), registry names declared
     as data (:attr:`aliases`), and one callback of its own attached for a fit (:meth:`attach_callback`).
     The model is wrapped in DistributedDataParallel as usual (``ddp_kwargs`` go to it).
 
     ``fork_ranks=True`` starts the other ranks of a machine by forking the main process when the
-    Trainer launches (:mod:`~lightning_hybrid.lightning.strategies.forked_ranks`) instead of running the script
+    Trainer launches (:mod:`~lightning_hybrid.strategies.forked_ranks`) instead of running the script
     again: no second import of torch and Lightning (about 4 s of CPU per rank), and, as with a re-run
     script, every rank then runs the script's code after the Trainer call. The script's code before
     that call runs once, in the main process, and CUDA must not be initialized before it (refused

@@ -18,7 +18,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 from lightning_hybrid.comm.local_sgd import LocalSGD, validate
 from lightning_hybrid.lightning.strategies import common
 from lightning_hybrid.lightning.strategies.meeting import Agreement, Carried, EveryBatch
-from lightning_hybrid.lightning.strategies.rank_states import RankStates
+from lightning_hybrid.strategies.rank_states import RankStates
 
 
 

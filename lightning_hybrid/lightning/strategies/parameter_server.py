@@ -42,7 +42,7 @@ from lightning_hybrid.parameter_server.server import start_server
 from lightning_hybrid.parameter_server.sharding import ShardedClient, auto_servers, plan_shards
 from lightning_hybrid.sim.link import LINK_ENV, in_shaped_link
 from lightning_hybrid.lightning.strategies import common
-from lightning_hybrid.lightning.strategies.forked_ranks import ForkedProcess, Standby
+from lightning_hybrid.strategies.forked_ranks import ForkedProcess, Standby
 from lightning_hybrid.lightning.strategies.meeting import Agreement, EveryBatch, ThroughServer, meeting
 from lightning_hybrid.lightning.strategies.step_count import restored_global_step
 
