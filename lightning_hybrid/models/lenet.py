@@ -6,6 +6,8 @@ from collections import OrderedDict
 
 from torch import nn
 
+from lightning_hybrid.models.checkpointing import Blocks
+
 _ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid}
 _POOLS = {"max": nn.MaxPool2d, "avg": nn.AvgPool2d}
 
@@ -18,7 +20,7 @@ def make_activation(name: str) -> nn.Module:
         raise ValueError(f"unknown activation {name!r}; choose one of {sorted(_ACTIVATIONS)}") from None
 
 
-class LeNet5(nn.Sequential):
+class LeNet5(Blocks):
     """LeNet-5: input, 3 convolutions, 2 poolings, 1 fully connected layer, output (paper 000, sec. 5).
 
     Paper 000 names only the layer counts; the sizes are LeCun et al. 1998's. For a 1x28x28 MNIST
@@ -56,6 +58,7 @@ class LeNet5(nn.Sequential):
         in_channels: int = 1,
         activation: str = "relu",
         pooling: str = "max",
+        checkpoint_blocks: bool = False,
     ) -> None:
         if pooling not in _POOLS:
             raise ValueError(f"unknown pooling {pooling!r}; choose one of {sorted(_POOLS)}")
@@ -70,4 +73,5 @@ class LeNet5(nn.Sequential):
             output=nn.Linear(84, num_classes),
         )
         super().__init__(blocks)
+        self.checkpoint_blocks = checkpoint_blocks
         self.num_classes = num_classes

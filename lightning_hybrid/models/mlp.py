@@ -7,10 +7,11 @@ from collections.abc import Sequence
 
 from torch import nn
 
+from lightning_hybrid.models.checkpointing import Blocks
 from lightning_hybrid.models.lenet import make_activation
 
 
-class MLP(nn.Sequential):
+class MLP(Blocks):
     """Fully connected network; the default is paper 002's 784-40-10 sigmoid MLP.
 
     Blocks: ``flatten`` (any input shape to ``in_features``), then one ``hidden{i}`` block
@@ -33,6 +34,7 @@ class MLP(nn.Sequential):
         hidden: Sequence[int] = (40,),
         num_classes: int = 10,
         activation: str = "sigmoid",
+        checkpoint_blocks: bool = False,
     ) -> None:
         widths = [in_features, *hidden]
         blocks: OrderedDict[str, nn.Module] = OrderedDict(flatten=nn.Flatten())
@@ -40,4 +42,5 @@ class MLP(nn.Sequential):
             blocks[f"hidden{i}"] = nn.Sequential(nn.Linear(fan_in, fan_out), make_activation(activation))
         blocks["output"] = nn.Linear(widths[-1], num_classes)
         super().__init__(blocks)
+        self.checkpoint_blocks = checkpoint_blocks
         self.num_classes = num_classes

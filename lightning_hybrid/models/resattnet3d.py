@@ -8,6 +8,8 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from lightning_hybrid.models.checkpointing import Blocks
+
 #: BasicBlocks per stage for each depth (as 2D ResNet-18/34).
 STAGE_BLOCKS = {18: (2, 2, 2, 2), 34: (3, 4, 6, 3)}
 
@@ -77,7 +79,7 @@ class ClassifierHead(nn.Module):
         return self.fc(self.dropout(self.pool(x).flatten(1)))
 
 
-class ResAttNet3D(nn.Sequential):
+class ResAttNet3D(Blocks):
     """3D-ResAttNet-18/34 (Zhang et al. 2021, used by Akintoye et al. 2022 for ADNI): a 3D ResNet of
     BasicBlocks with residual self-attention after chosen stages and a classifier head.
 
@@ -95,6 +97,8 @@ class ResAttNet3D(nn.Sequential):
         attention_stages: stages followed by self-attention (default 3 and 4: 1/16 and 1/32 of
             the input resolution, where attention over all positions is affordable).
         dropout: before the final linear layer.
+        checkpoint_blocks: recompute each block's activations in backward instead of keeping them
+            (:mod:`lightning_hybrid.models.checkpointing`): less memory, a second forward per block.
 
     Example::
 
@@ -114,6 +118,7 @@ class ResAttNet3D(nn.Sequential):
         base_channels: int = 64,
         attention_stages: Sequence[int] = (3, 4),
         dropout: float = 0.2,
+        checkpoint_blocks: bool = False,
     ) -> None:
         if depth not in STAGE_BLOCKS:
             raise ValueError(f"depth must be one of {sorted(STAGE_BLOCKS)}, got {depth}")
@@ -138,6 +143,7 @@ class ResAttNet3D(nn.Sequential):
                 blocks[f"attention{stage}"] = ResidualSelfAttention3d(channels)
         blocks["head"] = ClassifierHead(channels, num_classes, dropout)
         super().__init__(blocks)
+        self.checkpoint_blocks = checkpoint_blocks
         self.depth = depth
         self.num_classes = num_classes
         self.init_weights()

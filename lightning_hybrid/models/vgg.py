@@ -6,11 +6,13 @@ from collections import OrderedDict
 
 from torch import nn
 
+from lightning_hybrid.models.checkpointing import Blocks
+
 #: Output channels of the 13 convolutions, 'M' a 2x2 max pooling (configuration D).
 VGG16_LAYERS = (64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "M")
 
 
-class VGG16(nn.Sequential):
+class VGG16(Blocks):
     """VGG-16 as an ordered sequence of named blocks: ``conv1_1`` ... ``conv5_3`` (3x3 convolution,
     padding 1, ReLU), ``pool1`` ... ``pool5`` (2x2 max pooling), ``flatten``, ``fc6``, ``fc7`` (Linear,
     ReLU, Dropout) and ``fc8`` (class logits).
@@ -22,6 +24,8 @@ class VGG16(nn.Sequential):
         width: scales every convolution's channels (1.0 is the real VGG-16; 1/16 makes a small one).
         fc_width: units of ``fc6`` and ``fc7`` (4096 in the real VGG-16).
         batch_norm: a BatchNorm after each convolution (VGG-16-BN).
+        checkpoint_blocks: recompute each block's activations in backward instead of keeping them
+            (:mod:`lightning_hybrid.models.checkpointing`): less memory, a second forward per block.
 
     The real network (defaults) has 138.4 M parameters, 123.6 M of them in the fully-connected
     layers (fc6 25088 x 4096, fc7 4096 x 4096, fc8 4096 x 1000). Weights are random (Kaiming) unless
@@ -43,6 +47,7 @@ class VGG16(nn.Sequential):
         fc_width: int = 4096,
         batch_norm: bool = False,
         dropout: float = 0.5,
+        checkpoint_blocks: bool = False,
     ) -> None:
         if input_size % 32 or input_size < 32:
             raise ValueError(f"input_size must be a multiple of 32 (five 2x2 poolings), got {input_size}")
@@ -68,6 +73,7 @@ class VGG16(nn.Sequential):
         blocks["fc7"] = nn.Sequential(nn.Linear(fc_width, fc_width), nn.ReLU(inplace=True), nn.Dropout(dropout))
         blocks["fc8"] = nn.Linear(fc_width, num_classes)
         super().__init__(blocks)
+        self.checkpoint_blocks = checkpoint_blocks
         self.num_classes = num_classes
         for module in self.modules():
             if isinstance(module, nn.Conv2d):

@@ -43,18 +43,20 @@ class PipelineParallel:
         slowdown: this stage's simulated compute slowdown (>= 1).
         message_group: the group of the same ranks the stages' messages travel in (``Mesh.groups``'s
             ``messages``); None: ``pipeline_group``.
+        checkpointed: each block of the stage recomputes its activations in backward
+            (:mod:`lightning_hybrid.models.checkpointing`; the network's ``checkpoint_blocks``).
     """
 
     def __init__(self, blocks: Sequence[tuple[str, nn.Module]], stage_blocks: Sequence[tuple[int, int]], mesh: Mesh,
                  rank: int, pipeline_group: dist.ProcessGroup | None, device: torch.device, slowdown: float = 1.0,
-                 message_group: dist.ProcessGroup | None = None) -> None:
+                 message_group: dist.ProcessGroup | None = None, checkpointed: bool = False) -> None:
         if len(stage_blocks) != mesh.stages:
             raise ValueError(f"{len(stage_blocks)} stage block ranges for a mesh of {mesh.stages} stages")
         self.blocks, self.stage_blocks, self.mesh = list(blocks), list(stage_blocks), mesh
         self.rank, self.group, self.device = rank, pipeline_group, device
         self.stage_index = mesh.stage_of(rank)
         start, stop = self.stage_blocks[self.stage_index]
-        self.stage_module = StageModule(self.blocks, start, stop, slowdown=slowdown)
+        self.stage_module = StageModule(self.blocks, start, stop, slowdown=slowdown, checkpointed=checkpointed)
         self.replica = mesh.replica_of(rank)
         self.executor = StageExecutor(self.stage_module, self.stage_index, mesh.stage_ranks(self.replica),
                                       message_group if message_group is not None else pipeline_group, device)

@@ -8,6 +8,7 @@ from collections import OrderedDict
 import torch
 from torch import nn
 
+from lightning_hybrid.models.checkpointing import run_blocks
 from lightning_hybrid.sim.slowdown import stretch
 
 
@@ -52,6 +53,7 @@ class StageModule(nn.Module):
     ``slowdown > 1`` makes this stage's forward and backward last ``slowdown`` times as long as
     measured (a sleep after each), so that a CPU rank behaves like a slower device; time spent
     waiting for other stages is not stretched, as it is not inside the stage's computation.
+    ``checkpointed``: each block recomputes its activations in backward (:func:`run_blocks`).
 
     Example::
 
@@ -62,7 +64,8 @@ class StageModule(nn.Module):
         torch.Size([1, 6, 14, 14])
     """
 
-    def __init__(self, blocks: list[tuple[str, nn.Module]], start: int, stop: int, slowdown: float = 1.0) -> None:
+    def __init__(self, blocks: list[tuple[str, nn.Module]], start: int, stop: int, slowdown: float = 1.0,
+                 checkpointed: bool = False) -> None:
         super().__init__()
         if not 0 <= start < stop <= len(blocks):
             raise ValueError(f"stage blocks {start}:{stop} are not a non-empty run of the {len(blocks)} blocks")
@@ -72,6 +75,7 @@ class StageModule(nn.Module):
         self.names = [name for name, _ in blocks[start:stop]]
         self.start, self.stop = start, stop
         self.slowdown = float(slowdown)
+        self.checkpointed = checkpointed
         self._clock = _Clock()
 
     @property
@@ -80,14 +84,14 @@ class StageModule(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.slowdown == 1.0:
-            return self.blocks(x)
+            return run_blocks(self.blocks, x, self.checkpointed)
         training = torch.is_grad_enabled()
         if training and x.is_floating_point():
             if not x.requires_grad:  # the first stage: give backward an end to time
                 x = x.detach().requires_grad_(True)
             x = _BackwardEnds.apply(x, self._clock, self.slowdown)
         start = time.perf_counter()
-        out = self.blocks(x)
+        out = run_blocks(self.blocks, x, self.checkpointed)
         self._clock.slept += stretch(time.perf_counter() - start, self.slowdown)
         if training and out.requires_grad:
             out = _BackwardStarts.apply(out, self._clock)

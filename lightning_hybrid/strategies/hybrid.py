@@ -390,10 +390,12 @@ class HybridParallelStrategy(StageOnlyState, common.RoutedEvaluation, common.Unw
             micro = inputs[:1].expand(size, *inputs.shape[1:]) if self.placement_method != "time" else inputs[:size]
             self._adopt(self._agreed_placement(module, micro))
         devices = self._devices
-        named = list(pipeline_blocks(module).named_children())
+        sequence = pipeline_blocks(module)
+        named = list(sequence.named_children())
         self.pipeline = PipelineParallel(
             named, [(st.start, st.stop) for st in self.placement.stages], self.mesh, self.global_rank, self._pp_group,
             self.root_device, slowdown=self.compute_slowdown, message_group=self._pp_messages,
+            checkpointed=bool(getattr(sequence, "checkpoint_blocks", False)),
         )
         self._planned_for = module
         if self.global_rank == 0:
