@@ -77,7 +77,7 @@ def _where(frame: FrameType) -> str:
 def describe_position(frame: FrameType | None) -> str:
     """Where a thread waits: its innermost call, and the innermost call outside the libraries (the code
     that issued it, e.g. a callback's hook), as ``all_gather (...:3977) from ProgressLog.on_train_epoch_end
-    (lightning_hybrid/callbacks.py:382)``."""
+    (lightning_hybrid/callbacks/progress.py:40)``."""
     if frame is None:
         return "(no Python frame: outside Python)"
     innermost, caller = _where(frame), None

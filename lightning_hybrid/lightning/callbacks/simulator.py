@@ -1,10 +1,9 @@
-# Generated from lightning_hybrid/callbacks.py by `python tools/generate_lightning_namespace.py`: edit that file, not this one.
-"""Lightning callbacks of the suite: epoch timing, peak memory, simulated heterogeneity, progress lines,
-CSV logs continued across spawned stages and weights transferred from another run."""
+# Generated from lightning_hybrid/callbacks/simulator.py by `python tools/generate_lightning_namespace.py`: edit that file, not this one.
+"""Simulated heterogeneity: slower ranks, transient stragglers, CPU contention and collective latency."""
+
 
 from __future__ import annotations
 
-import csv
 import logging
 import multiprocessing
 import os
@@ -18,118 +17,20 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 
-from lightning_hybrid.devices import PeakMemory
-from lightning_hybrid.say import say
 from lightning_hybrid.lightning.strategies.parameter_server import ParameterServerStrategy
 from lightning_hybrid.strategies.capabilities import capabilities_of
 
 from lightning_hybrid.sim.contention import check_cores
 from lightning_hybrid.sim.latency import CollectiveLatency, latent_allreduce_hook
 from lightning_hybrid.sim.slowdown import SlowBatches, StepStretcher, check_where
-from lightning_hybrid.transfer import load_transferred, read_state_dict, transfer_checkpoint
 
-log = logging.getLogger(__name__)
-
-
-class EpochTimer(pl.Callback):
-    """Logs each training epoch's wall-clock time and throughput.
-
-    Logged once per epoch, per rank (rank 0's values reach the loggers): ``time/epoch_s`` (seconds
-    from the first training batch to the end of the training epoch, validation excluded),
-    ``time/samples_per_s`` (training samples this rank processed per second in that time) and
-    ``time/elapsed_s`` (wall-clock seconds since training started, up to the end of this epoch's
-    validation: the time axis of time-to-accuracy comparisons) and ``time/training_s`` (the same
-    clock without the time spent in validation loops: what training itself cost up to that point).
-
-    Example::
-
-        >>> timer = EpochTimer()
-        >>> # pl.Trainer(callbacks=[timer]); afterwards timer.epoch_times holds one entry per epoch
-    """
-
-    def __init__(self) -> None:
-        self.epoch_times: list[float] = []
-        self._start: float | None = None
-        self._fit_start: float | None = None
-        self._end = 0.0
-        self._samples = 0
-        self._validating_since: float | None = None
-        self._validation_s = 0.0
-
-    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._fit_start = time.perf_counter()
-        self._validation_s = 0.0
-
-    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._validating_since = time.perf_counter()
-
-    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self._validating_since is not None and self._fit_start is not None:
-            self._validation_s += time.perf_counter() - self._validating_since
-        self._validating_since = None
-
-    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._start, self._samples = None, 0
-
-    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch, batch_idx: int) -> None:
-        if self._start is None:
-            self._start = time.perf_counter()
-
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs, batch, batch_idx: int) -> None:
-        first = batch[0] if isinstance(batch, (list, tuple)) else batch
-        self._samples += len(first)
-        self._end = time.perf_counter()
-
-    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self._start is None:
-            return
-        # Up to the end of the last batch: validation runs before on_train_epoch_end.
-        elapsed = self._end - self._start
-        self.epoch_times.append(elapsed)
-        pl_module.log("time/epoch_s", elapsed, on_step=False, on_epoch=True)
-        pl_module.log("time/samples_per_s", self._samples / max(elapsed, 1e-9), on_step=False, on_epoch=True)
-        if self._fit_start is not None:
-            elapsed_since_start = time.perf_counter() - self._fit_start
-            pl_module.log("time/elapsed_s", elapsed_since_start, on_step=False, on_epoch=True)
-            pl_module.log("time/training_s", elapsed_since_start - self._validation_s, on_step=False, on_epoch=True)
+#: One log for the suite's callbacks (their lines read "lightning_hybrid.lightning.callbacks").
+log = logging.getLogger("lightning_hybrid.lightning.callbacks")
 
 
 #: The steps (after the fit's first) over which :class:`HeterogeneitySimulator` measures a rank's work
 #: per sample for ``where="after_step"`` and ``"data"``.
 CALIBRATION_STEPS = 5
-
-
-class PeakMemoryMonitor(pl.Callback):
-    """Logs each rank's peak memory above what it held when the Trainer set up, at each training
-    epoch's end, under any strategy: ``memory/rank<r>_peak_MiB`` (every rank's value gathered, so
-    rank 0's loggers have them all). CUDA: ``max_memory_allocated``; CPU: the peak resident set
-    (:class:`~lightning_hybrid.devices.PeakMemory`). The hybrid strategy logs the same keys, beside its
-    plan's estimates, by itself.
-
-    Example::
-
-        >>> monitor = PeakMemoryMonitor()   # pl.Trainer(callbacks=[monitor]); CLI: callbacks=[...,peak_memory]
-    """
-
-    def __init__(self) -> None:
-        self._peak: PeakMemory | None = None
-
-    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        if self._peak is None:
-            self._peak = PeakMemory(trainer.strategy.root_device)
-            self._peak.start()
-
-    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if capabilities_of(trainer.strategy).logs_peak_memory:
-            return
-        peak = self._peak.peak() if self._peak is not None else None
-        # Every rank gathers, one without a measurement too (a NaN, not logged): a rank that returned
-        # early would leave the others waiting in the gather. On the rank's device: NCCL gathers CUDA tensors only.
-        mine = float("nan") if peak is None else peak / 2**20
-        peaks = trainer.strategy.all_gather(torch.tensor([mine], dtype=torch.float64, device=trainer.strategy.root_device))
-        for rank, value in enumerate(peaks.reshape(-1).tolist()):
-            if value == value:  # not NaN
-                pl_module.log(f"memory/rank{rank}_peak_MiB", value, sync_dist=True)  # the same on every rank
 
 
 class HeterogeneitySimulator(pl.Callback):
@@ -358,107 +259,3 @@ class HeterogeneitySimulator(pl.Callback):
         measured = self._calibration[1:]
         if measured:
             self._per_sample_s.value = statistics.median(measured)
-
-
-class ProgressLog(pl.Callback):
-    """Training progress as occasional log lines, for output that is not a terminal (a log file, a
-    CI job, a batch scheduler), where a progress bar writes thousands of refreshes.
-
-    On global rank 0, a line at most every ``every_s`` seconds during an epoch, and one at its end::
-
-        epoch 2/10  batch 120/469 (26%)  310 samples/s  train/loss 0.1234
-
-    The CLI uses it in place of the progress bar when its standard error is not a terminal
-    (``progress=auto``; ``progress=bar`` or ``progress=log`` to choose).
-
-    Args:
-        every_s: seconds between lines within an epoch.
-    """
-
-    def __init__(self, every_s: float = 30.0) -> None:
-        self.every_s = every_s
-        self._last = 0.0
-        self._epoch_start = 0.0
-        self._samples = 0
-
-    def _line(self, trainer: pl.Trainer, batch_idx: int | None) -> str:
-        epochs = f"/{trainer.max_epochs}" if trainer.max_epochs and trainer.max_epochs > 0 else ""
-        parts = [f"epoch {trainer.current_epoch + 1}{epochs}"]
-        total = trainer.num_training_batches
-        if batch_idx is not None:
-            known = isinstance(total, int) and total > 0
-            parts.append(f"batch {batch_idx + 1}" + (f"/{total} ({100 * (batch_idx + 1) / total:.0f}%)" if known else ""))
-        else:
-            parts.append("done")
-        elapsed = time.perf_counter() - self._epoch_start
-        if elapsed > 0 and self._samples:
-            parts.append(f"{self._samples / elapsed:.0f} samples/s")
-        for name, value in sorted(trainer.progress_bar_metrics.items()):
-            parts.append(f"{name} {value:.4g}")
-        return "  ".join(parts)
-
-    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._epoch_start = self._last = time.perf_counter()
-        self._samples = 0
-
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
-                           batch_idx: int) -> None:
-        first = batch[0] if isinstance(batch, (list, tuple)) else batch
-        self._samples += len(first) if hasattr(first, "__len__") else 0
-        now = time.perf_counter()
-        if trainer.is_global_zero and now - self._last >= self.every_s:
-            self._last = now
-            say(log, self._line(trainer, batch_idx))
-
-    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        # Every rank reads the metrics, rank 0 prints them: at an epoch's end a read computes the epoch's
-        # values, and computing one synchronises it across the ranks (``sync_dist``, torchmetrics), so a
-        # read on rank 0 alone issues collectives the others do not, and the ranks wait for each other
-        # forever. Within an epoch a read returns the step values, already synchronised when logged.
-        line = self._line(trainer, None)
-        if trainer.is_global_zero:
-            say(log, line)
-
-
-class ContinueCSVLog(pl.Callback):
-    """Lightning's ``CSVLogger`` re-created in a new process over the ``metrics.csv`` an earlier stage
-    wrote (``strategy=ddp_spawn`` spawns its ranks afresh for ``trainer.test`` after ``fit``) does not know
-    that file's columns, and its first rewrite of the header fails ("dict contains fields not in
-    fieldnames"): at each stage's setup, rank 0's writer gets them back. The CLI adds it."""
-
-    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        if not trainer.is_global_zero:
-            return
-        for logger in trainer.loggers:
-            if type(logger).__name__ != "CSVLogger":
-                continue
-            writer = logger.experiment
-            path = getattr(writer, "metrics_file_path", None)
-            if path and not writer.metrics_keys and os.path.isfile(path):
-                with open(path, newline="") as f:
-                    writer.metrics_keys = sorted(next(csv.reader(f), []))
-
-
-class TransferWeights(pl.Callback):
-    """Starts fitting from another run's weights (ClinicaDL's ``--transfer_path``; the CLI's
-    ``transfer_path=``): ``path`` is a ``.ckpt`` file or a run folder (its best checkpoint).
-
-    The weights are copied when fitting starts, after the strategy has built the model (a pipeline
-    stage takes its part); a run that resumes from a checkpoint (``ckpt_path``) keeps the resumed
-    weights instead. See :mod:`lightning_hybrid.transfer` for what must match.
-
-    Example::
-
-        >>> # pl.Trainer(callbacks=[TransferWeights("outputs/multirun/ad_vs_cn/0")]).fit(module, datamodule)
-    """
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if trainer.ckpt_path:
-            log.info("transfer_path=%s not applied: this run resumes from %s", self.path, trainer.ckpt_path)
-            return
-        checkpoint = transfer_checkpoint(self.path)
-        copied = load_transferred(pl_module, read_state_dict(checkpoint), source=str(checkpoint))
-        log.info("started from the weights of %s (%d tensors)", checkpoint, copied)

@@ -1,0 +1,43 @@
+# Generated from lightning_hybrid/callbacks/__init__.py by `python tools/generate_lightning_namespace.py`: edit that file, not this one.
+"""Lightning callbacks of the suite, one concept a module: epoch timing (``timing``), peak memory
+(``memory``), simulated heterogeneity (``simulator``), progress lines (``progress``), CSV logs continued
+across spawned stages (``csv_log``) and weights transferred from another run (``transfer_weights``).
+
+The names below are imported on first use (PEP 562), as in ``lightning_hybrid.lightning.data``.
+"""
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the names for type checkers; at run time, __getattr__ below imports them
+    from lightning_hybrid.lightning.callbacks.csv_log import ContinueCSVLog
+    from lightning_hybrid.lightning.callbacks.memory import PeakMemoryMonitor
+    from lightning_hybrid.lightning.callbacks.progress import ProgressLog
+    from lightning_hybrid.lightning.callbacks.simulator import CALIBRATION_STEPS, HeterogeneitySimulator
+    from lightning_hybrid.lightning.callbacks.timing import EpochTimer
+    from lightning_hybrid.lightning.callbacks.transfer_weights import TransferWeights
+
+#: Each name this package exports, and the module that defines it.
+LAZY = {
+    "CALIBRATION_STEPS": "lightning_hybrid.lightning.callbacks.simulator",
+    "ContinueCSVLog": "lightning_hybrid.lightning.callbacks.csv_log",
+    "EpochTimer": "lightning_hybrid.lightning.callbacks.timing",
+    "HeterogeneitySimulator": "lightning_hybrid.lightning.callbacks.simulator",
+    "PeakMemoryMonitor": "lightning_hybrid.lightning.callbacks.memory",
+    "ProgressLog": "lightning_hybrid.lightning.callbacks.progress",
+    "TransferWeights": "lightning_hybrid.lightning.callbacks.transfer_weights",
+}
+
+__all__ = sorted(LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(LAZY[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *LAZY})
