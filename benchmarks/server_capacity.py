@@ -41,7 +41,7 @@ from lightning_hybrid.parameter_server.channel import open_channel
 from lightning_hybrid.parameter_server.client import ParameterServerClient
 from lightning_hybrid.parameter_server.load import ServerLoad
 from lightning_hybrid.parameter_server.protocol import ServerSettings
-from lightning_hybrid.parameter_server.server import start_server
+from lightning_hybrid.parameter_server.server_process import start_server
 from lightning_hybrid.parameter_server.sharding import ShardedClient, plan_shards
 
 #: The benchmark's model: its parameters in this many tensors of about equal size (what shards split).

@@ -20,7 +20,7 @@ from conftest import Zygote, alive, clean_env, run_cli, run_train_script, shared
 from lightning_hybrid import CNeuralStrategy, SSPStrategy
 from lightning_hybrid.data import ShardDataModule, ShardError, pack
 from lightning_hybrid.models import MLP
-from lightning_hybrid.parameter_server.server import PROCESS_NAME
+from lightning_hybrid.parameter_server.server_process import PROCESS_NAME
 
 MEAN, STD = 0.1307, 0.3081
 

@@ -18,7 +18,7 @@ import torch.distributed as dist
 from lightning_hybrid.parameter_server.channel import ChannelClosedError, open_channel
 from lightning_hybrid.parameter_server.client import DatasetShape, ParameterServerClient
 from lightning_hybrid.parameter_server.protocol import ServerSettings
-from lightning_hybrid.parameter_server.server import start_server
+from lightning_hybrid.parameter_server.server_process import start_server
 
 pytestmark = pytest.mark.multiprocess
 

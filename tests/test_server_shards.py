@@ -13,7 +13,7 @@ from lightning_hybrid.parameter_server.channel import open_channel
 from lightning_hybrid.parameter_server.client import ParameterServerClient
 from lightning_hybrid.parameter_server.load import ServerLoad
 from lightning_hybrid.parameter_server.protocol import ServerSettings
-from lightning_hybrid.parameter_server.server import start_server
+from lightning_hybrid.parameter_server.server_process import start_server
 from lightning_hybrid.parameter_server.sharding import (
     AUTO_MIN_PARAMS_PER_SHARD, ShardedClient, auto_servers, merge_states, plan_shards, shard_optimizer,
 )

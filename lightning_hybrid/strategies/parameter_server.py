@@ -36,8 +36,8 @@ from lightning_hybrid.parameter_server.client import ParameterServerClient, Pull
 from lightning_hybrid.parameter_server.load import ServerLoad
 from lightning_hybrid.parameter_server.protocol import WORKER_FAILURE_MODES, ServerSettings, check_server_device
 from lightning_hybrid.parameter_server.protocol import wire_dtype as wire_dtype_of
-from lightning_hybrid.parameter_server.server import run as run_server
-from lightning_hybrid.parameter_server.server import start_server
+from lightning_hybrid.parameter_server.server_process import run as run_server
+from lightning_hybrid.parameter_server.server_process import start_server
 from lightning_hybrid.parameter_server.sharding import ShardedClient, auto_servers, plan_shards
 from lightning_hybrid.sim.link import LINK_ENV, in_shaped_link
 from lightning_hybrid.strategies import common
