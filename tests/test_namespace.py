@@ -185,3 +185,26 @@ def test_the_command_line_runs_where_only_lightning_is_installed(tmp_path):
                           env=clean_env(HYDRA_FULL_ERROR="1"), cwd=tmp_path, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert (tmp_path / "run" / "metrics.json").is_file()
+
+
+def test_the_staleness_check_runs_on_a_bare_checkout_and_names_a_stale_file(tmp_path):
+    """``python3 tools/generate_lightning_namespace.py --check`` (CI's first step, the pre-commit hook): plain
+    Python, no package installed; exit 0 on a current tree, 1 naming the file once a glue module changes."""
+    import shutil
+
+    root = Path(namespace.__file__).parents[1]
+    for folder in ("lightning_hybrid", "tools"):
+        shutil.copytree(root / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    bare = {k: v for k, v in clean_env().items() if k != "PYTHONPATH"}
+
+    def check() -> subprocess.CompletedProcess:
+        return subprocess.run(["/usr/bin/env", "-i", f"PATH={bare.get('PATH', '/usr/bin:/bin')}", sys.executable, "-I",
+                               "tools/generate_lightning_namespace.py", "--check"], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=60)
+
+    current = check()
+    assert current.returncode == 0, current.stdout + current.stderr
+    with open(tmp_path / "lightning_hybrid" / "straggler.py", "a") as f:
+        f.write("# an edit not yet generated\n")
+    stale = check()
+    assert stale.returncode == 1 and "stale: lightning_hybrid/straggler.py" in stale.stdout, stale.stdout + stale.stderr
