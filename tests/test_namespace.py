@@ -207,4 +207,4 @@ def test_the_staleness_check_runs_on_a_bare_checkout_and_names_a_stale_file(tmp_
     with open(tmp_path / "lightning_hybrid" / "straggler.py", "a") as f:
         f.write("# an edit not yet generated\n")
     stale = check()
-    assert stale.returncode == 1 and "stale: lightning_hybrid/straggler.py" in stale.stdout, stale.stdout + stale.stderr
+    assert stale.returncode == 1 and "stale: lightning_hybrid/lightning/straggler.py" in stale.stdout, stale.stdout + stale.stderr
