@@ -1,6 +1,5 @@
 """CSV logs continued across spawned stages."""
 
-
 from __future__ import annotations
 
 import csv

@@ -1,6 +1,5 @@
 """Peak memory: each rank's largest allocation of a run, logged."""
 
-
 from __future__ import annotations
 
 import logging

@@ -1,6 +1,5 @@
 """Progress lines: one line per interval of a run's progress where the output is not a terminal."""
 
-
 from __future__ import annotations
 
 import logging

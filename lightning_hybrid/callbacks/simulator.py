@@ -1,6 +1,5 @@
 """Simulated heterogeneity: slower ranks, transient stragglers, CPU contention and collective latency."""
 
-
 from __future__ import annotations
 
 import logging

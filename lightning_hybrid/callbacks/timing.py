@@ -1,6 +1,5 @@
 """Epoch timing: each training epoch's wall-clock seconds and samples per second, logged."""
 
-
 from __future__ import annotations
 
 import logging

@@ -1,6 +1,5 @@
 """The callback that loads weights from another run's checkpoint into this one's model (the reading and matching: :mod:`lightning_hybrid.transfer`)."""
 
-
 from __future__ import annotations
 
 import logging

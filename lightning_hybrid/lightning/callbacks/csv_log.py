@@ -1,7 +1,6 @@
 # Generated from lightning_hybrid/callbacks/csv_log.py by `python tools/generate_lightning_namespace.py`: edit that file, not this one.
 """CSV logs continued across spawned stages."""
 
-
 from __future__ import annotations
 
 import csv

@@ -1,7 +1,6 @@
 # Generated from lightning_hybrid/callbacks/progress.py by `python tools/generate_lightning_namespace.py`: edit that file, not this one.
 """Progress lines: one line per interval of a run's progress where the output is not a terminal."""
 
-
 from __future__ import annotations
 
 import logging

@@ -1,7 +1,6 @@
 # Generated from lightning_hybrid/callbacks/simulator.py by `python tools/generate_lightning_namespace.py`: edit that file, not this one.
 """Simulated heterogeneity: slower ranks, transient stragglers, CPU contention and collective latency."""
 
-
 from __future__ import annotations
 
 import logging

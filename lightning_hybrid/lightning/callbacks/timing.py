@@ -1,7 +1,6 @@
 # Generated from lightning_hybrid/callbacks/timing.py by `python tools/generate_lightning_namespace.py`: edit that file, not this one.
 """Epoch timing: each training epoch's wall-clock seconds and samples per second, logged."""
 
-
 from __future__ import annotations
 
 import logging

@@ -1,7 +1,6 @@
 # Generated from lightning_hybrid/callbacks/transfer_weights.py by `python tools/generate_lightning_namespace.py`: edit that file, not this one.
 """The callback that loads weights from another run's checkpoint into this one's model (the reading and matching: :mod:`lightning_hybrid.transfer`)."""
 
-
 from __future__ import annotations
 
 import logging

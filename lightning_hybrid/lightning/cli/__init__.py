@@ -16,7 +16,7 @@ ranks); ``explain`` is :mod:`lightning_hybrid.explain`. ``python -m lightning_hy
 runs :func:`main` too.
 
 The two names are imported on first use (PEP 562), so that the command's plain modules (``checks``,
-``resume``, ``plan``, ...) import no Lightning and are one module under both Lightning namespaces.
+``resume``, ``sweep_summary``, ...) import no Lightning and are one module under both Lightning namespaces.
 """
 
 from importlib import import_module
