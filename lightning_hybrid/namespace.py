@@ -13,8 +13,9 @@ unified package: the same source with the package names replaced, written as rea
   ``lightning``, naming the mirror's glue; each other module (the algorithms) is a file that
   re-exports that module, so that its objects are the same under both names. A package whose
   ``__init__`` imports Lightning makes every module under it glue (importing one runs it); so the
-  packages that export glue (``data``, ``cli``, ``strategies``) import their exports on first use
-  (PEP 562, a ``LAZY`` table), and the plain modules under them stay one object per concept.
+  packages that export glue (``data``, ``cli``, ``strategies``, ``callbacks``) import their exports on
+  first use (PEP 562, a ``LAZY`` table; :mod:`lightning_hybrid.lazy_exports`), and the plain modules
+  under them stay one object per concept.
 - Where only ``lightning`` is installed, ``import lightning_hybrid`` gives the ``lightning`` flavour's
   names, and the command line runs the ``lightning`` flavour (``lightning_hybrid.lightning.cli``).
 - The strategies' aliases (``"ssp"``, ...): ``import lightning_hybrid`` registers them with

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "lightning_hybrid"
-ALGORITHMS = {"balance", "comm", "devices", "metrics", "models", "namespace", "parameter_server", "partition", "pipeline",
+ALGORITHMS = {"balance", "comm", "devices", "lazy_exports", "metrics", "models", "namespace", "parameter_server", "partition", "pipeline",
               "placement", "run_folder", "say", "sim", "transfer"}
 GLUE = {"callbacks", "classifier", "cli", "data", "explain", "lightning", "preemption", "straggler", "strategies", "watchdog"}
 LIGHTNING = ("pytorch_lightning", "lightning_fabric", "lightning")

@@ -3,14 +3,9 @@
 from __future__ import annotations
 
 import csv
-import logging
 import os
 
 import pytorch_lightning as pl
-import torch
-
-#: One log for the suite's callbacks (their lines read "lightning_hybrid.callbacks").
-log = logging.getLogger("lightning_hybrid.callbacks")
 
 
 class ContinueCSVLog(pl.Callback):

@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import logging
 
 import pytorch_lightning as pl
 import torch
 
 from lightning_hybrid.devices import PeakMemory
 from lightning_hybrid.strategies.capabilities import capabilities_of
-
-#: One log for the suite's callbacks (their lines read "lightning_hybrid.callbacks").
-log = logging.getLogger("lightning_hybrid.callbacks")
 
 
 class PeakMemoryMonitor(pl.Callback):

@@ -7,7 +7,6 @@ import time
 from typing import Any
 
 import pytorch_lightning as pl
-import torch
 
 from lightning_hybrid.say import say
 

@@ -11,7 +11,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytorch_lightning as pl
-import torch
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 

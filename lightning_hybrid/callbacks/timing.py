@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-import logging
 import time
 
 import pytorch_lightning as pl
-import torch
-
-#: One log for the suite's callbacks (their lines read "lightning_hybrid.callbacks").
-log = logging.getLogger("lightning_hybrid.callbacks")
 
 
 class EpochTimer(pl.Callback):

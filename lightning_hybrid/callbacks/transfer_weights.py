@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 
 import pytorch_lightning as pl
-import torch
 
 
 from lightning_hybrid.transfer import load_transferred, read_state_dict, transfer_checkpoint

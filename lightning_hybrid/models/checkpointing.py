@@ -36,18 +36,15 @@ from torch.utils.checkpoint import checkpoint
 def _statistics_frozen(block: nn.Module) -> Iterator[None]:
     """BatchNorm's running statistics (and its batch count) as they were before: the recomputation's
     update undone, so that a step updates them once."""
-    norms = [m for m in block.modules() if isinstance(m, _BatchNorm) and m.track_running_stats and m.training]
-    saved = [(m.running_mean.clone() if m.running_mean is not None else None,
-              m.running_var.clone() if m.running_var is not None else None,
-              m.num_batches_tracked.clone() if m.num_batches_tracked is not None else None) for m in norms]
+    saved = [(buffer, buffer.clone()) for m in block.modules()
+             if isinstance(m, _BatchNorm) and m.track_running_stats and m.training
+             for buffer in (m.running_mean, m.running_var, m.num_batches_tracked) if buffer is not None]
     try:
         yield
     finally:
         with torch.no_grad():
-            for m, (mean, var, count) in zip(norms, saved):
-                for buffer, value in ((m.running_mean, mean), (m.running_var, var), (m.num_batches_tracked, count)):
-                    if buffer is not None:
-                        buffer.copy_(value)
+            for buffer, value in saved:
+                buffer.copy_(value)
 
 
 def run_checkpointed(block: nn.Module, x: torch.Tensor) -> torch.Tensor:

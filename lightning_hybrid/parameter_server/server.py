@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import logging
 import math
-import signal
 import time
 from dataclasses import dataclass
 
@@ -62,7 +61,7 @@ from lightning_hybrid.parameter_server.channel import Payload, WorkerLostError
 from lightning_hybrid.parameter_server.dispenser import ChunkDispenser
 from lightning_hybrid.parameter_server.load import LoadMeter
 from lightning_hybrid.parameter_server.protocol import (
-    ATTACH_FAILED, ATTACHED, NOT_ON_THIS_HOST, STOPPED_BY_SIGNAL, Attach, Attached, Bye, Chunk, Finish, GetState, Init, Initialized, Leave, Message, NextChunk, Parameters, Push, Refused, ServerSettings, Shutdown, State, Stopping, StopRun,
+    ATTACH_FAILED, ATTACHED, NOT_ON_THIS_HOST, STOPPED_BY_SIGNAL, Attach, Attached, Bye, Chunk, Finish, GetState, Init, Initialized, Leave, Message, NextChunk, Parameters, Push, Refused, Shutdown, State, Stopping, StopRun,
 )
 from lightning_hybrid.parameter_server.shared_memory import SharedSegment
 from lightning_hybrid.parameter_server.sync_controller import Decision, SyncController

@@ -4,14 +4,9 @@
 from __future__ import annotations
 
 import csv
-import logging
 import os
 
 import lightning.pytorch as pl
-import torch
-
-#: One log for the suite's callbacks (their lines read "lightning_hybrid.lightning.callbacks").
-log = logging.getLogger("lightning_hybrid.lightning.callbacks")
 
 
 class ContinueCSVLog(pl.Callback):

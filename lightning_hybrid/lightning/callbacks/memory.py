@@ -3,16 +3,12 @@
 
 from __future__ import annotations
 
-import logging
 
 import lightning.pytorch as pl
 import torch
 
 from lightning_hybrid.devices import PeakMemory
 from lightning_hybrid.strategies.capabilities import capabilities_of
-
-#: One log for the suite's callbacks (their lines read "lightning_hybrid.lightning.callbacks").
-log = logging.getLogger("lightning_hybrid.lightning.callbacks")
 
 
 class PeakMemoryMonitor(pl.Callback):

@@ -8,7 +8,6 @@ import time
 from typing import Any
 
 import lightning.pytorch as pl
-import torch
 
 from lightning_hybrid.say import say
 

@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import lightning.pytorch as pl
-import torch
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 

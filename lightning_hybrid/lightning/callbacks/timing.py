@@ -3,14 +3,9 @@
 
 from __future__ import annotations
 
-import logging
 import time
 
 import lightning.pytorch as pl
-import torch
-
-#: One log for the suite's callbacks (their lines read "lightning_hybrid.lightning.callbacks").
-log = logging.getLogger("lightning_hybrid.lightning.callbacks")
 
 
 class EpochTimer(pl.Callback):

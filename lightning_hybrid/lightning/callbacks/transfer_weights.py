@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 
 import lightning.pytorch as pl
-import torch
 
 
 from lightning_hybrid.transfer import load_transferred, read_state_dict, transfer_checkpoint

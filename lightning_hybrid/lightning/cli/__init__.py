@@ -19,10 +19,10 @@ The two names are imported on first use (PEP 562), so that the command's plain m
 ``resume``, ``sweep_summary``, ...) import no Lightning and are one module under both Lightning namespaces.
 """
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from lightning_hybrid.lightning import namespace
+from lightning_hybrid.lazy_exports import lazy_exports
 
 if TYPE_CHECKING:  # the names for type checkers; at run time, __getattr__ below imports them
     from lightning_hybrid.lightning.cli.command import SUBCOMMANDS, main
@@ -32,13 +32,7 @@ LAZY = {"SUBCOMMANDS": "lightning_hybrid.lightning.cli.command", "main": "lightn
 
 __all__ = sorted(LAZY)
 
-
-def __getattr__(name: str) -> Any:
-    if name not in LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    module = LAZY[name]
-    if namespace.BASE == "lightning" and not __name__.startswith(namespace.MIRROR):
-        module = namespace.lightning_name(module)  # only `lightning` is installed: the lightning flavour's command
-    value = getattr(import_module(module), name)
-    globals()[name] = value
-    return value
+# Where only `lightning` is installed, the command is the lightning flavour's (lightning_hybrid.lightning.cli).
+_ONLY_LIGHTNING = namespace.BASE == "lightning" and not __name__.startswith(namespace.MIRROR)
+_FLAVOUR = namespace.lightning_name if _ONLY_LIGHTNING else str
+__getattr__, __dir__ = lazy_exports(globals(), LAZY, _FLAVOUR)

@@ -8,8 +8,9 @@ that the plain modules here (``capabilities``, ``forked_ranks``, ``process_watch
 import no Lightning and are one module under both Lightning namespaces.
 """
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from lightning_hybrid.lazy_exports import lazy_exports
 
 if TYPE_CHECKING:  # the names for type checkers; at run time, __getattr__ below imports them
     from lightning_hybrid.lightning.strategies.allreduce_asgd import AllReduceASGDStrategy
@@ -36,14 +37,4 @@ LAZY = {
 
 __all__ = sorted(LAZY)
 
-
-def __getattr__(name: str) -> Any:
-    if name not in LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(LAZY[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *LAZY})
+__getattr__, __dir__ = lazy_exports(globals(), LAZY)
