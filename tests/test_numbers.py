@@ -1,7 +1,9 @@
 """The figures of the strategy table (README.md and the site's docs/_snippets/strategy_table.md) come
-from the tables they summarise: paper 000's recipe (the LeNet-5 grid at 98 % and its rerun with learning
-curves), the hybrid page's benchmark table and the slow-link table on the local SGD page. A rerun that changes a table fails here until the
-summary says the same."""
+from the tables they summarise: paper 000's recipe (the LeNet-5 grid at 98 %, whose persistent rows give
+the ranges, and its rerun with learning curves, quoted beside the grid without stragglers), the hybrid
+page's benchmark table and the slow-link table on the delayed all-reduce's page. A rerun that changes a
+table fails here until the summary says the same. tests/test_quoted_figures.py ties every other page that
+quotes these figures to the same rows."""
 
 from __future__ import annotations
 
@@ -41,9 +43,10 @@ def factor(cell: str) -> float:
 
 
 def expected_figures() -> dict[str, list[str]]:
-    zhang = table_after(ZHANG, "LeNet-5, 98 %:") + table_after(ZHANG, "Its summary (")
-    persistent = [r for r in zhang if r["scenario"].endswith("_persistent")]
-    none = [r for r in zhang if r["scenario"] == "none"]
+    grid, rerun = table_after(ZHANG, "LeNet-5, 98 %:"), table_after(ZHANG, "Its summary (")
+    persistent = [r for r in grid if r["scenario"].endswith("_persistent")]
+    (none,) = [r for r in grid if r["scenario"] == "none"]
+    (rerun_none,) = [r for r in rerun if r["scenario"] == "none"]
     hybrid = [r for r in table_after(HYBRID, "### Against what you would pick instead") if r["vs DDP"]]
     two_ranks = [r for r in hybrid if r["scenario"] in ("2 equal ranks", "speeds [1, 2]", "real contention on rank 1")]
     (four,) = [r for r in hybrid if r["scenario"] == "speeds [1, 1, 2, 2]" and r["contender"] == "hybrid"]
@@ -61,9 +64,9 @@ def expected_figures() -> dict[str, list[str]]:
                              f"{vs_ddp('local_h64', '10mbit: s (x DDP)')} at 10 Mbit/s",
                              f"{vs_ddp('local_h64', 'lat200ms: s (x DDP)')} under 200 ms of latency"],
         "BalancedDataParallelStrategy": [f"{span([factor(r['balanced']) for r in persistent])} sooner with one rank slow",
-                                         f"({span([factor(r['balanced']) for r in none])})"],
+                                         f"({none['balanced']} in the grid, {rerun_none['balanced']} in a rerun)"],
         "SSPStrategy": [f"{span([factor(r['ssp']) for r in persistent])} sooner with one rank slow",
-                        f"({span([factor(r['ssp']) for r in none])})"],
+                        f"({none['ssp']} in the grid, {rerun_none['ssp']} in a rerun)"],
         "HybridParallelStrategy": [
             f"speeds [1, 1, 2, 2] {four['vs DDP']} DDP",
             f"on 2 ranks {span([factor(r['vs DDP']) for r in two_ranks if r['contender'] == 'hybrid'])}",
