@@ -19,6 +19,8 @@ ALGORITHMS = {"balance", "comm", "devices", "lazy_exports", "metrics", "models",
               "placement", "run_folder", "say", "sim", "transfer"}
 GLUE = {"callbacks", "classifier", "cli", "data", "explain", "lightning", "preemption", "straggler", "strategies", "watchdog"}
 LIGHTNING = ("pytorch_lightning", "lightning_fabric", "lightning")
+#: The most lines a hand-written module may have (issue 54).
+MAX_LINES = 500
 MODULES = sorted(p for p in PACKAGE.rglob("*.py"))
 
 
@@ -93,7 +95,8 @@ def test_nothing_outside_the_cli_imports_it():
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_each_module_is_short_and_says_what_it_holds(path):
     text = path.read_text()
-    assert len(text.splitlines()) <= 600, f"{len(text.splitlines())} lines: split it by concept"
+    if part_of(path) != "lightning":  # hand-written; the generated mirror is its source and a header line
+        assert len(text.splitlines()) <= MAX_LINES, f"{len(text.splitlines())} lines: split it by concept"
     assert ast.get_docstring(ast.parse(text)), "no opening docstring saying what the module holds"
 
 

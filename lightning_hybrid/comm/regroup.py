@@ -42,3 +42,14 @@ def regroup(members: Sequence[int], rank: int, host: str, port: int, key: str, t
     new_rank = sorted(members).index(rank)
     dist.init_process_group(backend, store=store, rank=new_rank, world_size=len(members), timeout=timeout)
     return new_rank
+
+
+def regroup_survivors(members: Sequence[int], live_mask: int, rank: int, host: str, port: int, prefix: str,
+                      timeout_s: float) -> list[int]:
+    """The ranks still alive by ``live_mask`` (:func:`live_ranks`; 0 says nothing: ``members`` stay),
+    and, where they are fewer than ``members``, the default group replaced by theirs (:func:`regroup`,
+    meeting under ``prefix + "survivors/<their ranks>/"``). Every survivor calls it with the same arguments."""
+    survivors = live_ranks(live_mask) if live_mask else list(members)
+    if survivors != list(members):
+        regroup(survivors, rank, host, port, f"{prefix}survivors/{'-'.join(map(str, survivors))}/", timeout_s)
+    return survivors

@@ -8,6 +8,8 @@
 * :mod:`~lightning_hybrid.parameter_server.sharding`: the parameters split over several server processes.
 * :mod:`~lightning_hybrid.parameter_server.sync_controller`: the staleness rules (BSP, delay, bounded, async).
 * :mod:`~lightning_hybrid.parameter_server.dispenser`: handing out an epoch's batches on request.
+* :mod:`~lightning_hybrid.parameter_server.server_launch`: the servers seen from the workers: settings, processes, clients.
+* :mod:`~lightning_hybrid.parameter_server.epoch_stats`: a worker's figures of an epoch, gathered for logging.
 
 The Lightning strategies on top are :class:`~lightning_hybrid.SSPStrategy` and
 :class:`~lightning_hybrid.CNeuralStrategy` (:mod:`lightning_hybrid.strategies.parameter_server`).

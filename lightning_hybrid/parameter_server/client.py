@@ -229,3 +229,12 @@ class ParameterServerClient:
     def leave(self) -> None:
         """This worker stopped and leaves (the server exits once every worker has)."""
         self._request(Leave(), Stopping)
+
+
+def load_server_state(optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+    """Load the server's optimizer state (momentum, moments: :meth:`ParameterServerClient.optimizer_state`)
+    into the worker's ``optimizer``, keeping its own hyperparameters (the learning-rate schedulers run on
+    the workers; the server only applies the learning rate each push brings)."""
+    for local, remote in zip(optimizer.param_groups, state["param_groups"]):
+        remote.update({key: value for key, value in local.items() if key != "params"})
+    optimizer.load_state_dict(state)

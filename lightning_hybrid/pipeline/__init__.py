@@ -7,6 +7,7 @@
 * :mod:`~lightning_hybrid.pipeline.schedules`: GPipe and 1F1B as lists of typed actions per stage.
 * :mod:`~lightning_hybrid.pipeline.stage_executor`: one stage running its actions, messages between stages.
 * :mod:`~lightning_hybrid.pipeline.parallel`: one rank's part of pipeline x data parallelism.
+* :mod:`~lightning_hybrid.pipeline.stage_adoption`: a rank keeping its stage only (materialised, or the others freed).
 """
 
 from lightning_hybrid.pipeline.mesh import Mesh

@@ -9,7 +9,7 @@ compares them), the left panel has a row per method instead. Right, the placemen
 timeline: each stage's forward and backward passes of every micro-batch under a schedule of
 :mod:`lightning_hybrid.pipeline.schedules`, timed by :func:`timeline` (a stage's step time split over
 its micro-batches, a third forward and two thirds backward, as for a typical network).
-:func:`format_placement` gives the same numbers as a markdown table.
+:func:`format_placement` gives the same numbers as a markdown table, :func:`placement_summary` on one line.
 
 ``lightning-hybrid plan figure=PATH`` (:mod:`lightning_hybrid.cli.plan_figure`) and
 :class:`~lightning_hybrid.HybridParallelStrategy` (into a TensorBoard logger) both draw with
@@ -140,6 +140,20 @@ def format_placement(placement: Placement, devices: Sequence[Device], block_name
             f"{'bottleneck' if s in slowest else ''} |"
         )
     return "\n".join(lines)
+
+
+def placement_summary(placement: Placement, devices: Sequence[Device], block_names: Sequence[str],
+                      ranks: Sequence[int]) -> str:
+    """The placement on one line (what :class:`~lightning_hybrid.HybridParallelStrategy` logs): its method,
+    predicted bottleneck and solving time, then each stage's blocks, rank (``ranks[s]``), device,
+    predicted time and memory; times per micro-batch, the strategy's profiling unit."""
+    stages = "; ".join(
+        f"stage {s}: {block_names[st.start]}..{block_names[st.stop - 1]} on rank {ranks[s]} "
+        f"({devices[st.device].name}, {st.time_s:.4g} s, {st.memory / 2**20:.0f} MiB)"
+        for s, st in enumerate(placement.stages)
+    )
+    return (f"{placement.method} placement, predicted bottleneck {placement.bottleneck:.4g} (block cost / device speed "
+            f"per micro-batch), solved in {placement.seconds:.3f} s: {stages}")
 
 
 def placement_figure(

@@ -3,7 +3,8 @@ on the meta device (``configure_model()``), each rank's tensors moved, checkpoin
 
 :class:`StageOnlyState` is a mixin for :class:`~lightning_hybrid.HybridParallelStrategy` (put it
 before the strategy base class), thin over the plain helpers: adopting a stage is
-:mod:`lightning_hybrid.pipeline.materialize`, checkpointing one :mod:`lightning_hybrid.pipeline.stage_checkpoint`.
+:mod:`lightning_hybrid.pipeline.stage_adoption` (on :mod:`~lightning_hybrid.pipeline.materialize`), checkpointing
+one :mod:`lightning_hybrid.pipeline.stage_checkpoint`.
 """
 
 from __future__ import annotations
@@ -16,9 +17,8 @@ import torch
 from lightning_fabric.utilities.device_dtype_mixin import _update_properties
 
 from lightning_hybrid.pipeline import pipeline_blocks
-from lightning_hybrid.pipeline.materialize import (
-    NoteInitialisation, RecordRandomState, check_ties, init_weights_hook, is_freed, materialize,
-)
+from lightning_hybrid.pipeline.materialize import NoteInitialisation, RecordRandomState, init_weights_hook, is_freed
+from lightning_hybrid.pipeline.stage_adoption import adopt_stage
 from lightning_hybrid.pipeline.stage_checkpoint import block_holders, gather_optimizer_state, gather_state_dict, own_part
 from lightning_hybrid.strategies import common
 
@@ -48,15 +48,18 @@ class StageOnlyState:
         self._init_states, self._init_noted = recorded.states, noted
 
     def _stage_blocks(self, blocks: list[torch.nn.Module], names: list[str], own: range) -> None:
-        """This rank's blocks of a model whose stages are ``placement``'s: ties across stages refused;
-        a model built on the meta device materialised (its ``init_weights`` hook, if any, replayed)."""
-        check_ties(blocks, [range(stage.start, stage.stop) for stage in self.placement.stages], names)
+        """This rank's blocks of a model whose stages are ``placement``'s (:func:`adopt_stage`): a model
+        built on the meta device materialised on the CPU (its ``init_weights`` hook, if any, replayed;
+        model_to_device moves it on), one built whole rid of the other stages and their optimizer state."""
+        hook = None
         if any(is_freed(block) for block in blocks):
             container = pipeline_blocks(self.lightning_module)
             hook = init_weights_hook(container, self.lightning_module)
             if getattr(self, "_init_noted", None) is not None and self.global_rank == 0:
                 self._init_noted.warn_unreplayed(container, hooked=callable(hook))
-            materialize(blocks, own, "cpu", self._init_states, init_weights=hook)  # model_to_device moves it on
+        adopt_stage(blocks, names, [range(stage.start, stage.stop) for stage in self.placement.stages], own,
+                    [common.unwrap_optimizer(optimizer) for optimizer in self.optimizers],
+                    getattr(self, "_init_states", None), init_weights=hook)
 
     @property
     def restore_checkpoint_after_setup(self) -> bool:

@@ -22,13 +22,14 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 
 from lightning_hybrid.comm.collectives import all_gather_object, broadcast_object
 from lightning_hybrid.comm.delayed_allreduce import DelayedAllReduce
-from lightning_hybrid.devices import Device, PeakMemory, devices_from_config, devices_in_flops, free_memory, probe_speed
+from lightning_hybrid.devices import Device, PeakMemory, devices_in_flops, free_memory, probe_speed
 from lightning_hybrid.pipeline import Mesh, PipelineParallel, StageModule, pipeline_blocks, pipeline_inputs, pipeline_loss
-from lightning_hybrid.pipeline.materialize import free, is_freed
+from lightning_hybrid.pipeline.materialize import is_freed
+from lightning_hybrid.pipeline.stage_adoption import meta_outside_blocks
+from lightning_hybrid.placement import Placement
+from lightning_hybrid.placement.figure import format_placement, placement_figure, placement_summary
+from lightning_hybrid.placement.pipeline_options import check_pipeline_options, check_stage_sizes
 from lightning_hybrid.placement.pipeline_stages import plan_stages
-from lightning_hybrid.pipeline.schedules import SCHEDULES
-from lightning_hybrid.placement import METHODS, Placement
-from lightning_hybrid.placement.figure import format_placement, placement_figure
 from lightning_hybrid.lightning.strategies import common
 from lightning_hybrid.lightning.strategies.stage_state import StageOnlyState
 
@@ -38,47 +39,12 @@ class HybridParallelStrategy(StageOnlyState, common.RoutedEvaluation, common.Unw
     """Pipeline parallelism x data parallelism, with the stages placed on devices by GABRA (or another method).
 
     The LightningModule's block sequence (``pipeline_blocks()``, see
-    :mod:`lightning_hybrid.pipeline.protocol`) is cut into ``pipeline_stages`` contiguous stages by
-    :func:`lightning_hybrid.placement.plan`, which also decides which device (rank of a replica)
-    runs which stage. Each training batch is split into ``micro_batches`` and run through the stages
-    by a schedule of typed actions like torch.distributed.pipelining's (``"1F1B"`` or ``"GPipe"``,
-    :mod:`lightning_hybrid.pipeline.schedules`). ``data_parallel``
-    replicas of the pipeline train on different shards of the data and average their gradients
-    after each step (``gradient_sync="sync"``), or apply the average ``delay`` steps later
-    (``"delayed"``: the delayed all-reduce of :class:`~lightning_hybrid.AllReduceASGDStrategy`).
-    Rank ``r`` is position ``r % pipeline_stages`` of replica ``r // pipeline_stages``.
-
-    Devices: ``devices`` describes the ``pipeline_stages`` positions (speed, memory, bandwidth;
-    a number is a speed; speeds are relative, 1 being the FLOP/s rank 0 measures, see
-    :mod:`lightning_hybrid.devices`), or ``None`` to measure each position's speed with a short probe (under
-    ``sim.slowdown`` the probe and the stage's compute are slowed alike). Block costs are profiled
-    on meta copies of the blocks (FLOPs, activation bytes: no memory) with one micro-batch of the
-    first batch, or at setup with ``input_shape``.
-
-    Each rank holds only its stage's blocks. A model created in ``configure_model()`` is created on
-    the meta device (:meth:`tensor_init_context`; ``input_shape`` is then required, to plan at setup)
-    and each rank materialises its own stage, initialised by each module's ``reset_parameters()``
-    with the values one process would draw from the same seed
-    (:func:`~lightning_hybrid.pipeline.materialize.materialize`). A model built in ``__init__`` has
-    the other stages' parameters and buffers freed once the placement is made (its peak includes the
-    construction). Gradients and optimizer state exist for the stage's parameters only. The plan's
-    memory of each stage (parameters, gradients, ``optimizer_slots`` optimizer states, buffers and the
-    activations of the schedule's in-flight micro-batches) is checked against its device's memory
-    before training, and each rank's peak memory is logged beside it at each epoch's end
-    (``memory/rank<r>_peak_MiB``, ``memory/rank<r>_estimate_MiB``: CUDA's ``max_memory_allocated``, on
-    CPUs the peak resident set above the one at start).
-
-    Checkpoints hold the full model and optimizer state, gathered tensor by tensor to rank 0's CPU
-    memory (:meth:`full_state_dict`), so they load into a single-device model; resuming restores each
-    rank's own stage. Validation, test and predict run through the pipeline (the module's ``forward``
-    calls the block sequence, which the strategy routes through the stages), and every rank gets the
-    output. After ``fit`` the module on each rank still holds only its stage: take the whole model
-    from a checkpoint, or from :meth:`full_state_dict` (every rank calls it; rank 0 gets it).
-
-    With a ``TensorBoardLogger`` among the Trainer's loggers, rank 0 logs the placement once planned
-    (tag ``"placement"``, step 0): its stages as text, and as the figure of
-    :func:`lightning_hybrid.placement.figure.placement_figure` (matplotlib, the ``plots`` extra;
-    without it, the text only and a warning).
+    :mod:`lightning_hybrid.pipeline.protocol`) is cut into ``pipeline_stages`` contiguous stages placed on
+    devices by :func:`lightning_hybrid.placement.plan`; each batch runs through the stages in
+    ``micro_batches`` by a 1F1B or GPipe schedule, and ``data_parallel`` replicas of the pipeline average
+    their gradients. Each rank holds only its stage (a model built in ``configure_model()`` is never whole
+    on any rank); checkpoints hold the whole model, and :meth:`full_state_dict` gives it after ``fit``.
+    How it works, the memory it needs and what it logs: ``docs/strategies/hybrid.md``.
 
     Args:
         pipeline_stages: stages per pipeline (devices per replica).
@@ -90,11 +56,14 @@ class HybridParallelStrategy(StageOnlyState, common.RoutedEvaluation, common.Unw
         schedule: ``"1F1B"`` or ``"GPipe"``.
         micro_batches: micro-batches per batch (a batch not divisible by it uses the largest divisor
             below; a batch split into fewer micro-batches than stages runs as GPipe).
-        devices: per-position device descriptions, or ``None`` to probe.
+        devices: per-position device descriptions (speed, memory, bandwidth; a number is a speed, relative:
+            1 is the FLOP/s rank 0 measures, see :mod:`lightning_hybrid.devices`), or ``None`` to measure each
+            position's speed with a short probe.
         objective: GABRA's ``"bottleneck"`` or ``"paper"``.
         placement_options: further GABRA options (``population``, ``t_max``, ...).
         seed: GABRA's seed.
-        gradient_sync: ``"sync"`` or ``"delayed"`` (across replicas).
+        gradient_sync: ``"sync"`` (average after each step) or ``"delayed"`` (applied ``delay`` steps later:
+            the delayed all-reduce of :class:`~lightning_hybrid.AllReduceASGDStrategy`), across replicas.
         delay: steps of delay for ``"delayed"``.
         input_shape: shape of one sample (e.g. ``[1, 28, 28]``): the plan is made at setup, before
             any stage is materialised or moved to its device, for ``datamodule.batch_size /
@@ -140,38 +109,9 @@ class HybridParallelStrategy(StageOnlyState, common.RoutedEvaluation, common.Unw
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        for name, value in (("pipeline_stages", pipeline_stages), ("data_parallel", data_parallel),
-                            ("micro_batches", micro_batches)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if isinstance(placement, str):
-            if placement not in METHODS:
-                raise ValueError(f"placement must be one of {', '.join(METHODS)} or a list of stage sizes, got {placement!r}")
-        else:
-            placement = [int(size) for size in placement]
-            if len(placement) != pipeline_stages or min(placement) < 1:
-                raise ValueError(
-                    f"placement as stage sizes needs {pipeline_stages} positive block counts, got {placement}"
-                )
-        if schedule not in SCHEDULES:
-            raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
-        if schedule == "1F1B" and micro_batches < pipeline_stages:
-            raise ValueError(
-                f"schedule='1F1B' needs at least as many micro-batches as stages, got micro_batches={micro_batches} "
-                f"for pipeline_stages={pipeline_stages}; raise micro_batches or use schedule='GPipe'"
-            )
-        if gradient_sync not in ("sync", "delayed"):
-            raise ValueError(f"gradient_sync must be 'sync' or 'delayed', got {gradient_sync!r}")
-        if isinstance(delay, bool) or not isinstance(delay, int) or delay < 0:
-            raise ValueError(f"delay must be a non-negative integer, got {delay!r}")
-        if isinstance(optimizer_slots, bool) or not isinstance(optimizer_slots, int) or optimizer_slots < 0:
-            raise ValueError(f"optimizer_slots must be a non-negative integer, got {optimizer_slots!r}")
-        self.device_specs = None if devices is None else devices_from_config(list(devices))
-        if self.device_specs is not None and len(self.device_specs) != pipeline_stages:
-            raise ValueError(
-                f"devices describes {len(self.device_specs)} devices but pipeline_stages={pipeline_stages}; "
-                "give one description per pipeline position"
-            )
+        placement, self.device_specs = check_pipeline_options(
+            pipeline_stages, data_parallel, placement, schedule, micro_batches, gradient_sync, delay, optimizer_slots, devices,
+        )
         self.pipeline_stages = pipeline_stages
         self.data_parallel = data_parallel
         self.placement_method = placement
@@ -238,17 +178,7 @@ class HybridParallelStrategy(StageOnlyState, common.RoutedEvaluation, common.Unw
                 "`on_pipeline_step(self, output, target, loss)` (called after every pipeline step on the last stage).",
                 category=UserWarning,
             )
-        if len(blocks) < self.pipeline_stages:
-            names = ", ".join(name for name, _ in blocks.named_children())
-            raise ValueError(
-                f"pipeline_stages={self.pipeline_stages} but the model has only {len(blocks)} blocks ({names}); "
-                f"use at most {len(blocks)} stages"
-            )
-        if not isinstance(self.placement_method, str) and sum(self.placement_method) != len(blocks):
-            raise ValueError(
-                f"placement stage sizes {self.placement_method} add up to {sum(self.placement_method)} blocks, "
-                f"the model has {len(blocks)}"
-            )
+        check_stage_sizes([name for name, _ in blocks.named_children()], self.pipeline_stages, self.placement_method)
 
     def _micro_batch_size_hint(self, trainer: pl.Trainer) -> int:
         datamodule = trainer.datamodule if hasattr(trainer, "datamodule") else None
@@ -359,22 +289,8 @@ class HybridParallelStrategy(StageOnlyState, common.RoutedEvaluation, common.Unw
         self.mesh = Mesh(self.pipeline_stages, self.data_parallel, tuple(placement.device_order))
         stage = self.placement.stages[self.mesh.stage_of(self.global_rank)]
         names, blocks = zip(*pipeline_blocks(self.lightning_module).named_children())
-        own = range(stage.start, stage.stop)
-        with torch.inference_mode(False):  # the first batch may be the sanity check's, under inference mode
-            self._stage_blocks(list(blocks), list(names), own)
-            if not any(is_freed(block) for block in blocks):
-                others = [block for index, block in enumerate(blocks) if index not in own]
-                freed = [param for block in others for param in block.parameters()]
-                for block in others:
-                    free(block)
-                for optimizer in self.optimizers:  # state restored from a checkpoint before the plan
-                    state = common.unwrap_optimizer(optimizer).state
-                    for param in freed:
-                        state.pop(param, None)
-        in_blocks = {id(t) for block in blocks for t in [*block.parameters(), *block.buffers()]}
-        module = self.lightning_module
-        outside = [name for name, t in [*module.named_parameters(), *module.named_buffers()]
-                   if t.is_meta and id(t) not in in_blocks]
+        self._stage_blocks(list(blocks), list(names), range(stage.start, stage.stop))  # StageOnlyState
+        outside = meta_outside_blocks(self.lightning_module, blocks)
         if outside:
             raise ValueError(f"parameters outside pipeline_blocks() are on the meta device ({', '.join(outside[:5])}): "
                              "create them outside configure_model(), or inside a block")
@@ -401,15 +317,7 @@ class HybridParallelStrategy(StageOnlyState, common.RoutedEvaluation, common.Unw
         self._planned_for = module
         if self.global_rank == 0:
             names = [name for name, _ in named]
-            log.info(
-                "HybridParallelStrategy placement (%s, predicted bottleneck %.4g (block cost / device speed per micro-batch), solved in %.3f s): %s",
-                self.placement.method, self.placement.bottleneck, self.placement.seconds,
-                "; ".join(
-                    f"stage {s}: {names[st.start]}..{names[st.stop - 1]} on rank {self.mesh.order[s]} "
-                    f"({devices[st.device].name}, {st.time_s:.4g} s, {st.memory / 2**20:.0f} MiB)"
-                    for s, st in enumerate(self.placement.stages)
-                ),
-            )
+            log.info("HybridParallelStrategy: %s", placement_summary(self.placement, devices, names, self.mesh.order))
             self._log_placement(devices, names)
         return self.pipeline
 

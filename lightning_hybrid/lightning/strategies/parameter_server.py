@@ -9,6 +9,10 @@ worker does between sync points is the subclass's: :class:`~lightning_hybrid.lig
 pushes every step's gradient, :class:`~lightning_hybrid.lightning.strategies.cneural.CNeuralStrategy`
 pushes one sum per pass. Lightning's collectives (validation, ``sync_dist`` logging, checkpoints,
 early stopping) happen at the sync points; between them the workers drift apart.
+
+The plain parts are the algorithm package's: the servers' options, settings, processes and clients
+:mod:`~lightning_hybrid.parameter_server.server_launch`, the epoch's figures
+:mod:`~lightning_hybrid.parameter_server.epoch_stats`, the survivors' group :mod:`lightning_hybrid.comm.regroup`.
 """
 
 from __future__ import annotations
@@ -21,7 +25,6 @@ import subprocess
 import time
 from abc import abstractmethod
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
 import lightning.pytorch as pl
@@ -29,18 +32,18 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 import torch
 from lightning.pytorch.trainer.states import TrainerFn
 
-from lightning_hybrid.comm.collectives import all_gather, broadcast_, broadcast_object
+from lightning_hybrid.comm.collectives import broadcast_
 from lightning_hybrid.comm.flat import copy_into, flatten, gradients
-from lightning_hybrid.comm.regroup import live_ranks, regroup
-from lightning_hybrid.parameter_server.channel import ChannelClosedError, open_channel
-from lightning_hybrid.parameter_server.client import ParameterServerClient, PullInfo
+from lightning_hybrid.comm.regroup import regroup_survivors
+from lightning_hybrid.parameter_server import server_launch
+from lightning_hybrid.parameter_server.channel import ChannelClosedError
+from lightning_hybrid.parameter_server.client import ParameterServerClient, PullInfo, load_server_state
+from lightning_hybrid.parameter_server.epoch_stats import (
+    WorkerEpochStats, epoch_history, epoch_logs, gather_stats, new_counts, summarise,
+)
 from lightning_hybrid.parameter_server.load import ServerLoad
-from lightning_hybrid.parameter_server.protocol import WORKER_FAILURE_MODES, ServerSettings, check_server_device
 from lightning_hybrid.parameter_server.protocol import wire_dtype as wire_dtype_of
-from lightning_hybrid.parameter_server.server_process import run as run_server
-from lightning_hybrid.parameter_server.server_process import start_server
-from lightning_hybrid.parameter_server.sharding import ShardedClient, auto_servers, plan_shards
-from lightning_hybrid.sim.link import LINK_ENV, in_shaped_link
+from lightning_hybrid.parameter_server.server_launch import SERVER_EXIT_S, TRANSPORTS
 from lightning_hybrid.lightning.strategies import common
 from lightning_hybrid.strategies.forked_ranks import ForkedProcess, Standby
 from lightning_hybrid.lightning.strategies.meeting import Agreement, EveryBatch, ThroughServer, meeting
@@ -48,33 +51,9 @@ from lightning_hybrid.lightning.strategies.step_count import restored_global_ste
 
 log = logging.getLogger(__name__)
 
+__all__ = ["SERVER_EXIT_S", "TRANSPORTS", "ParameterServerStrategy", "WorkerEpochStats"]
+
 _SESSIONS = itertools.count()
-#: Seconds rank 0 waits, on a stop, for the server to see every worker leave and exit.
-SERVER_EXIT_S = 10.0
-
-#: How gradients and parameters reach the server: ``"auto"``, through shared memory for workers on
-#: its host (the side channel for the others, or where no segment can be made); ``"channel"``,
-#: through the side channel always.
-TRANSPORTS = ("auto", "channel")
-
-
-def _serve(settings_json: str) -> None:
-    """The server's work in a forked :class:`Standby`: run until ``Shutdown`` (it exits the process)."""
-    run_server(ServerSettings.from_json(settings_json))
-
-
-@dataclass
-class WorkerEpochStats:
-    """One worker's figures for one epoch (logged as ``<prefix>/worker{rank}/...``)."""
-
-    iterations: int = 0
-    samples: int = 0
-    staleness_mean: float = 0.0
-    staleness_max: int = 0
-    wait_s: float = 0.0
-    train_s: float = 0.0
-    max_gap: int = 0
-    samples_per_s: float = 0.0
 
 
 class ParameterServerStrategy(common.UnwrappedDDPStrategy):
@@ -153,35 +132,13 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        if servers != "auto" and (isinstance(servers, bool) or not isinstance(servers, int) or servers < 1):
-            raise ValueError(f"servers must be a positive number of server processes or 'auto', got {servers!r}")
-        if servers not in (1, "auto") and on_worker_failure == "continue":
-            raise ValueError(
-                "on_worker_failure='continue' works with one parameter server only (each shard would re-deal a lost "
-                f"worker's batches and regroup on its own); got servers={servers!r}. Use servers=1, or "
-                "on_worker_failure='stop'."
-            )
+        server_launch.check_options(timeout, on_worker_failure, transport, servers, server_device)
         self.servers = servers
         self.server_device = server_device
-        if server_device != "auto":  # a bad name or a missing CUDA device is an error now, before any process starts
-            check_server_device(server_device)
-            self._resolved_server_device()
-        if transport not in TRANSPORTS:
-            raise ValueError(
-                f"transport must be 'auto' (shared memory with a server on the same host, else the side channel) or "
-                f"'channel' (the side channel always), got {transport!r}"
-            )
         self._wire_dtype = wire_dtype_of(wire_dtype)
         self.transport, self.wire_dtype = transport, wire_dtype
         #: How this worker's gradients and parameters travel in the current fit: "shared_memory" or "channel".
         self.transport_used: str | None = None
-        if not timeout > 0:
-            raise ValueError(f"timeout must be a positive number of seconds, got {timeout}")
-        if on_worker_failure not in WORKER_FAILURE_MODES:
-            raise ValueError(
-                f"on_worker_failure must be 'stop' (a dead worker ends the run) or 'continue' (the others finish "
-                f"its work), got {on_worker_failure!r}"
-            )
         self.on_worker_failure = on_worker_failure
         self.timeout = float(timeout)
         self.staleness: float = 0.0
@@ -293,70 +250,34 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
         """A reply of the server says a worker stopped the run: stop here too (it does not return)."""
         meeting(self.lightning_module.trainer).stop_now(signum)
 
-    def _resolved_server_device(self) -> str:
-        """``server_device`` with ``"auto"`` decided (rank 0's model's device), checked to exist here."""
-        device = str(self.root_device) if self.server_device == "auto" else self.server_device  # only rank 0's is used
-        if torch.device(device).type == "cuda" and not torch.cuda.is_available():
-            raise ValueError(
-                f"server_device={self.server_device!r}: this machine has no CUDA device for the parameter server. Use "
-                "server_device='cpu' (or 'auto': the workers' device)."
-            )
-        return device
-
-    def _server_count(self) -> int:
-        """``servers``, with ``"auto"`` decided on rank 0 (its host's free cores) for every rank."""
-        if self.servers != "auto":
-            return self.servers
-        if self.on_worker_failure == "continue":  # one server re-deals a lost worker's batches
-            return 1
-        mine = auto_servers(self._flat.numel(), self.num_processes) if self.global_rank == 0 else None
-        return broadcast_object(mine, src=0)
-
     def _open_server_channel(self) -> None:
+        """Rank 0 starts the servers (:mod:`~lightning_hybrid.parameter_server.server_launch`), every worker connects."""
         env = self.cluster_environment
-        servers = self._server_count()
-        plan = plan_shards([p.numel() for p in self._params], servers)
-        server_device = self._resolved_server_device()
         self._channel_prefix = f"lightning_hybrid/ps/{next(_SESSIONS)}/"
-        shards = [
-            ServerSettings(
-                host=str(env.main_address), port=int(env.main_port),
-                prefix=self._channel_prefix if servers == 1 else f"{self._channel_prefix}shard{i}/",
-                workers=self.num_workers, staleness=self.staleness, sync=self.sync, timeout=self.timeout,
-                max_steps=max(self.max_steps - self._steps_before, 1) if self.max_steps > 0 else -1,
-                on_worker_failure=self.on_worker_failure, batch_mode=self.batch_mode,
-                num_params=stop - start, wire_dtype=self.wire_dtype, shard=i, shards=servers,
-                server_device=server_device, **self._update_rule(),
-            )
-            for i, (start, stop) in enumerate(plan.values)
-        ]
+        servers = server_launch.server_count(self.servers, self.on_worker_failure, self._flat.numel(), self.num_processes,
+                                             self.global_rank)
+        plan, shards = server_launch.shard_settings(
+            [p.numel() for p in self._params], servers, self._channel_prefix,
+            host=str(env.main_address), port=int(env.main_port), workers=self.num_workers, staleness=self.staleness,
+            sync=self.sync, timeout=self.timeout, on_worker_failure=self.on_worker_failure, batch_mode=self.batch_mode,
+            max_steps=max(self.max_steps - self._steps_before, 1) if self.max_steps > 0 else -1, wire_dtype=self.wire_dtype,
+            server_device=server_launch.resolve_server_device(self.server_device, self.root_device), **self._update_rule(),
+        )
         if self.global_rank == 0:
             standby, self._standby_server = self._standby_server, None
-            self._servers = [start_server(settings) if standby is None or settings.shard else standby.start(settings.to_json())
-                             for settings in shards]
+            self._servers = server_launch.start_servers(shards, standby.start if standby is not None else None)
             if self.process_watch is not None:
                 for settings, process in zip(shards, self._servers):
                     self.process_watch.add(settings.name, None, process)
-        clients = [
-            ParameterServerClient(open_channel(settings.host, settings.port, settings.prefix, self.global_rank + 1,
-                                               self.num_workers + 1, self.timeout),
-                                  self.global_rank, self._wire_dtype, settings.name)
-            for settings in shards
-        ]
-        self.client = clients[0] if servers == 1 else ShardedClient(clients, plan)
+        self.client = server_launch.connect(shards, plan, self.global_rank, self.num_workers, self.timeout, self._wire_dtype)
         self.client.on_run_stopped = self._stopped_by_a_peer
-        self.transport_used = "channel"
-        if self.transport == "auto" and (link := in_shaped_link()) is not None:
-            if self.global_rank == 0:  # shared memory would bypass the link under measurement
-                log.info("%s: a shaped link (%s=%s): gradients and parameters through the side channel, not shared "
-                         "memory", type(self).__name__, LINK_ENV, link)
-        elif self.transport == "auto":
-            self.transport_used = self.client.attach_shared_memory(self._flat.numel())
+        self.transport_used = server_launch.attach_transport(self.client, self.transport, self._flat.numel(),
+                                                             announce=self.global_rank == 0)
 
     def on_ranks_forked(self) -> None:
         """With ``fork_ranks``, the server process is forked now too (no import of torch when fit starts)."""
         if self.cluster_environment.node_rank() == 0:
-            self._standby_server = Standby(_serve)
+            self._standby_server = Standby(server_launch.serve)
 
     def _update_rule(self) -> dict[str, Any]:
         """The server's update rule settings (``ServerSettings`` fields) for staleness > 0."""
@@ -372,13 +293,12 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
     def _regroup_without_lost(self, info: PullInfo) -> None:
         """At a global sync: if the server has lost workers since the last one, form the survivors'
         process group (Lightning's collectives from here on) and re-split the evaluation data."""
-        members = live_ranks(info.live) if info.live else self._members
+        env = self.cluster_environment
+        members = regroup_survivors(self._members, info.live, self.global_rank, str(env.main_address),
+                                    int(env.main_port), self._channel_prefix, self.timeout)
         if members == self._members:
             return
         lost = sorted(set(self._members) - set(members))
-        env = self.cluster_environment
-        key = f"{self._channel_prefix}survivors/{'-'.join(map(str, members))}/"
-        regroup(members, self.global_rank, str(env.main_address), int(env.main_port), key, self.timeout)
         self._members = members
         log.warning(
             "worker rank %d: continuing without worker(s) %s (on_worker_failure='continue'); %d workers left: %s",
@@ -433,7 +353,7 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
 
     # ------------------------------------------------------------------ sync points
     def _reset_epoch_stats(self) -> None:
-        self._epoch: dict[str, float] = dict(iterations=0, samples=0, staleness_sum=0, staleness_max=0, wait_s=0.0, max_gap=0)
+        self._epoch: dict[str, float] = new_counts()
         self._epoch_start = time.perf_counter()
 
     def _begin_async_phase(self) -> None:
@@ -460,45 +380,16 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
         self._load_flat()
         for buffer in self.lightning_module.buffers():
             broadcast_(buffer, src=0)
-        if self.global_rank == 0:
-            # The server's optimizer state (momentum, moments), so that checkpoints written now hold it.
-            # The hyperparameters stay the local ones: the LR schedulers run here, the server only
-            # applies the learning rate each push brings.
-            optimizer = self.optimizers[0]
-            state = self.client.optimizer_state()
-            for local, remote in zip(optimizer.param_groups, state["param_groups"]):
-                remote.update({key: value for key, value in local.items() if key != "params"})
-            optimizer.load_state_dict(state)
+        if self.global_rank == 0:  # the server's optimizer state, so that checkpoints written now hold it
+            load_server_state(self.optimizers[0], self.client.optimizer_state())
 
     def after_epoch_sync(self, pl_module: pl.LightningModule) -> None:
         """Gather every worker's figures of the epoch; log them as ``<prefix>/worker{rank}/...``."""
-        e = self._epoch
-        mine = WorkerEpochStats(
-            iterations=int(e["iterations"]), samples=int(e["samples"]),
-            staleness_mean=e["staleness_sum"] / max(e["iterations"], 1), staleness_max=int(e["staleness_max"]),
-            wait_s=e["wait_s"], train_s=e.get("train_s", 0.0), max_gap=int(e["max_gap"]),
-            samples_per_s=e["samples"] / max(e.get("train_s", 0.0), 1e-9),
-        )
-        names = list(asdict(mine))
-        local = torch.tensor([float(v) for v in asdict(mine).values()], dtype=torch.float64)
-        gathered = dict(zip(self._members, all_gather(local)))
-        # A lost worker's figures are missing: zeros in the history, not logged.
-        epoch_stats = [
-            WorkerEpochStats(**{f: type(getattr(mine, f))(v) for f, v in zip(names, gathered[r].tolist())})
-            if r in gathered else WorkerEpochStats() for r in range(self.num_workers)
-        ]
-        self.history.append(epoch_stats)
+        gathered = gather_stats(summarise(self._epoch), self._members)
+        self.history.append(epoch_history(gathered, self.num_workers))  # a lost worker's: zeros, not logged
         # Every worker logs the same gathered values (sync_dist averages identical numbers: no warning).
-        prefix = self.metrics_prefix
-        for rank, stats in enumerate(epoch_stats):
-            if rank not in gathered:
-                continue
-            for name in self.logged_stats:
-                pl_module.log(f"{prefix}/worker{rank}/{name}", float(getattr(stats, name)), on_step=False, on_epoch=True,
-                              sync_dist=True)
-        if "max_gap" in self.logged_stats:
-            pl_module.log(f"{prefix}/max_gap", float(max(s.max_gap for s in epoch_stats)), on_step=False, on_epoch=True,
-                          sync_dist=True)
+        for name, value in epoch_logs(gathered, self.num_workers, self.logged_stats, self.metrics_prefix).items():
+            pl_module.log(name, value, on_step=False, on_epoch=True, sync_dist=True)
 
     def on_sync_end(self) -> None:
         if self.client is None:
@@ -529,20 +420,10 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
         super().on_exception(exception)
 
     def _stop_server(self, ask_to_end: Callable[[], Any], patience_s: float = 30.0) -> Any:
-        """End the server (every shard) on purpose: stop watching it (its exit is no death to
-        report), ``ask_to_end()``, wait for it (``patience_s``), kill it if it does not end; what
-        ``ask_to_end()`` returned."""
-        if not self._servers:
-            return None
-        if self.process_watch is not None:
-            for process in self._servers:
-                self.process_watch.forget(process)
-        answer = ask_to_end()
-        for process in self._servers:
-            try:
-                process.wait(timeout=patience_s)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        """End the server (every shard) on purpose (:func:`~lightning_hybrid.parameter_server.server_launch.stop_servers`);
+        what ``ask_to_end()`` returned."""
+        forget = self.process_watch.forget if self.process_watch is not None else None
+        answer = server_launch.stop_servers(self._servers, ask_to_end, patience_s, forget)  # ask_to_end may read _servers
         self._servers = []
         return answer
 
