@@ -276,22 +276,24 @@ class PeakMemory:
     CUDA: ``torch.cuda.max_memory_allocated`` over the allocation at the start (tensors only). CPU: the
     peak resident set (``VmHWM`` of ``/proc/self/status``, reset at the start through
     ``/proc/self/clear_refs``) over the resident set then, so that the interpreter, torch and
-    Lightning are the baseline. ``None`` where neither can be read (not Linux).
+    Lightning are the baseline. ``resident``: bytes of tensors already held at the start that the peak
+    should count (the model's parameters: :func:`tensor_bytes`), taken off the baseline. ``None`` where
+    neither can be read (not Linux).
     """
 
     def __init__(self, device: torch.device | str = "cpu") -> None:
         self.device = torch.device(device)
         self.baseline: float | None = None
 
-    def start(self) -> None:
+    def start(self, resident: float = 0.0) -> None:
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
-            self.baseline = float(torch.cuda.memory_allocated(self.device))
+            self.baseline = float(torch.cuda.memory_allocated(self.device)) - resident
             return
         try:
             with open("/proc/self/clear_refs", "w") as handle:
                 handle.write("5")  # resets VmHWM to the current resident set
-            self.baseline = _status_bytes("VmRSS")
+            self.baseline = _status_bytes("VmRSS") - resident
         except OSError:
             self.baseline = None
 
@@ -302,6 +304,13 @@ class PeakMemory:
         if self.device.type == "cuda":
             return float(torch.cuda.max_memory_allocated(self.device)) - self.baseline
         return _status_bytes("VmHWM") - self.baseline
+
+
+def tensor_bytes(module: torch.nn.Module, device: torch.device | str) -> float:
+    """Bytes of ``module``'s parameters and buffers held on ``device`` (none on the meta device)."""
+    device = torch.device(device)
+    return float(sum(t.numel() * t.element_size() for t in [*module.parameters(), *module.buffers()]
+                     if t.device.type == device.type))
 
 
 def _status_bytes(field: str) -> float:

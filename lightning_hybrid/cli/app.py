@@ -35,7 +35,7 @@ from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from lightning_hybrid import namespace
 from lightning_hybrid.classifier import ClassifierModule
-from lightning_hybrid.callbacks import ContinueCSVLog, HeterogeneitySimulator, ProgressLog, TransferWeights
+from lightning_hybrid.callbacks import ContinueCSVLog, HeterogeneitySimulator, MemoryBudget, ProgressLog, TransferWeights
 from lightning_hybrid.cli.checks import check_checkpoint_readable, check_model_fits_data, check_optimizer
 from lightning_hybrid.cli.relaunch import child_ranks_rerun_this_job, in_multirun
 from lightning_hybrid.cli.resume import compared_config, record_end, record_start, resolve_ckpt_path
@@ -140,6 +140,8 @@ def build_callbacks(cfg: DictConfig, datamodule: Any = None) -> list[pl.Callback
         callbacks.append(Watchdog(timeout_s=float(cfg.watchdog_s), setting=f"watchdog_s={cfg.watchdog_s}"))
     if cfg.get("transfer_path"):
         callbacks.append(TransferWeights(str(transfer_checkpoint(cfg.transfer_path))))  # a bad path fails here
+    if cfg.get("memory_budget") is not None:
+        callbacks.append(MemoryBudget(cfg.memory_budget))
     callbacks.append(ContinueCSVLog())
     return callbacks
 

@@ -25,6 +25,7 @@ from omegaconf import DictConfig
 
 from lightning_hybrid.data.clinicadl import ClinicaDLFormatError
 from lightning_hybrid.data.idx import DataFileError
+from lightning_hybrid.data.shapes import sample_shape
 from lightning_hybrid.run_folder import ResumeRefused
 
 #: Errors that only ever mean a user's input is wrong, wherever they are raised.
@@ -61,14 +62,6 @@ def _expects(net: torch.nn.Module) -> str:
         if isinstance(module, torch.nn.Linear):
             return f"vectors of {module.in_features} values (or samples of that many values, flattened)"
     return "other samples"
-
-
-def sample_shape(datamodule: Any) -> tuple[int, ...] | None:
-    """The shape of one sample of ``datamodule`` where it says so before its set-up (None: it does not)."""
-    shape = getattr(datamodule, "input_shape", None)
-    if shape is None and getattr(datamodule, "view", None) is not None:  # ADNI: one channel of the view's volume
-        shape = (1, *datamodule.view.shape)
-    return tuple(int(s) for s in shape) if shape is not None else None
 
 
 def check_model_fits_data(model_name: str, data_name: str, net: torch.nn.Module, datamodule: Any) -> None:

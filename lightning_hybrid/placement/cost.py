@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -24,6 +25,75 @@ def named_blocks(model: nn.Module | Iterable[tuple[str, nn.Module]]) -> list[tup
     return list(model)
 
 
+@dataclass(frozen=True)
+class BlockTrace:
+    """One block run forward and backward on an example: its FLOPs, the bytes autograd saved for its
+    backward (its own weights not counted), its input's and output's bytes, and its tensors' bytes."""
+
+    flops: float
+    saved_bytes: float
+    input_bytes: float
+    out_bytes: float
+    param_bytes: float
+    largest_param_bytes: float
+    buffer_bytes: float
+    params: int
+
+    def held_bytes(self, checkpointed: bool) -> float:
+        """Bytes a micro-batch keeps alive between its forward and its backward: what autograd saved, or
+        with activation checkpointing only the block's input (its activations recomputed in backward)."""
+        return self.input_bytes if checkpointed else self.saved_bytes
+
+    def recompute_bytes(self, checkpointed: bool) -> float:
+        """Bytes alive at once only during this block's backward: its recomputed activations, checkpointed."""
+        return self.saved_bytes if checkpointed else 0.0
+
+
+def trace_blocks(model: nn.Module | Iterable[tuple[str, nn.Module]], example: torch.Tensor,
+                 batch_size: int | None = None) -> list[tuple[str, BlockTrace]]:
+    """Run each block of ``model`` forward and backward on ``example`` (on the meta device: shapes only) and
+    measure it (:class:`BlockTrace`). ``batch_size``: the batch ``example`` stands for (activations and
+    FLOPs scaled from ``len(example)``; a meta example of 2 samples stands for 1, as BatchNorm refuses
+    one sample per channel). The blocks' parameters, gradients and buffers are left as they were."""
+    scale = (batch_size / len(example)) if batch_size is not None else 1.0
+    result = []
+    x = example
+    for index, (name, block) in enumerate(named_blocks(model)):
+        buffers = {key: value.clone() for key, value in block.state_dict().items()}
+        grads = {p: p.grad for p in block.parameters()}
+        own = {id(t) for t in [*block.parameters(), *block.buffers()]}
+        saved = []
+
+        def pack(tensor: torch.Tensor) -> torch.Tensor:
+            base = tensor._base if tensor._base is not None else tensor
+            if id(tensor) not in own and id(base) not in own:  # the block's weights are counted once
+                saved.append(tensor.numel() * tensor.element_size())
+            return tensor
+
+        inp = x.detach().requires_grad_(index > 0 and x.is_floating_point())
+        with FlopCounterMode(display=False) as counter:
+            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+                out = block(inp)
+            if out.requires_grad:
+                out.backward(torch.ones_like(out))
+        param_sizes = [p.numel() * p.element_size() for p in block.parameters()]
+        result.append((name, BlockTrace(
+            flops=float(counter.get_total_flops()) * scale,
+            saved_bytes=float(sum(saved)) * scale,
+            input_bytes=float(inp.numel() * inp.element_size()) * scale,
+            out_bytes=float(out.numel() * out.element_size()) * scale,
+            param_bytes=float(sum(param_sizes)),
+            largest_param_bytes=float(max(param_sizes, default=0)),
+            buffer_bytes=float(sum(b.numel() * b.element_size() for b in block.buffers())),
+            params=sum(p.numel() for p in block.parameters()),
+        )))
+        block.load_state_dict(buffers)
+        for p, g in grads.items():
+            p.grad = g
+        x = out.detach()
+    return result
+
+
 def profile_blocks(
     model: nn.Module | Iterable[tuple[str, nn.Module]],
     example: torch.Tensor,
@@ -31,6 +101,8 @@ def profile_blocks(
     in_flight: int = 1,
     measure_time: bool = False,
     repeats: int = 3,
+    checkpointed: bool = False,
+    batch_size: int | None = None,
 ) -> list[Block]:
     """Measure each block on ``example`` (one batch, or one micro-batch) and return its :class:`Block`.
 
@@ -38,8 +110,10 @@ def profile_blocks(
     ``out_bytes`` the size of its output; ``memory`` the bytes of parameters, gradients and
     ``optimizer_slots`` optimizer states per parameter (1 for SGD with momentum, 2 for Adam), its
     buffers, plus the tensors autograd saves for backward (its own weights not counted twice) times
-    ``in_flight`` micro-batches; ``workspace`` its largest parameter's bytes (a micro-batch's gradient
-    computed apart before it is added); ``time`` (with
+    ``in_flight`` micro-batches (``checkpointed``: only each block's input, :mod:`lightning_hybrid.models.checkpointing`);
+    ``workspace`` what it needs at once beside that: its largest parameter's bytes (a micro-batch's
+    gradient computed apart before it is added), plus, checkpointed, its activations recomputed for
+    its backward. ``batch_size``: the batch ``example`` stands for (:func:`trace_blocks`). ``time`` (with
     ``measure_time``) the mean forward + backward seconds over ``repeats`` runs on this machine.
     The model's parameters, gradients and buffers (BatchNorm statistics) are left as they were.
     On the meta device (a model from ``configure_model()``, or
@@ -54,54 +128,37 @@ def profile_blocks(
         >>> [b.name for b in blocks][:3], blocks[0].out_bytes
         (['c1', 's2', 'c3'], 150528.0)
     """
+    if measure_time and example.is_meta:
+        raise ValueError("measure_time needs real tensors, not the meta device: profile a materialised model")
     pairs = named_blocks(model)
     result = []
     x = example
-    for index, (name, block) in enumerate(pairs):
-        buffers = {key: value.clone() for key, value in block.state_dict().items()}
-        grads = {p: p.grad for p in block.parameters()}
-        own = {id(t) for t in [*block.parameters(), *block.buffers()]}
-        saved = []
-
-        def pack(tensor: torch.Tensor) -> torch.Tensor:
-            base = tensor._base if tensor._base is not None else tensor
-            if id(tensor) not in own and id(base) not in own:  # the block's weights are counted once, below
-                saved.append(tensor.numel() * tensor.element_size())
-            return tensor
-
-        inp = x.detach().requires_grad_(index > 0 and x.is_floating_point())
-        with FlopCounterMode(display=False) as counter:
-            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-                out = block(inp)
-            if out.requires_grad:
-                out.backward(torch.ones_like(out))
+    for (name, block), (_, trace) in zip(pairs, trace_blocks(pairs, example, batch_size)):
         seconds = None
-        if measure_time and example.is_meta:
-            raise ValueError("measure_time needs real tensors, not the meta device: profile a materialised model")
         if measure_time:
+            buffers, grads = {k: v.clone() for k, v in block.state_dict().items()}, {p: p.grad for p in block.parameters()}
             times = []
             for _ in range(repeats + 1):
                 start = time.perf_counter()
-                y = block(x.detach().requires_grad_(index > 0 and x.is_floating_point()))
+                y = block(x.detach().requires_grad_(len(result) > 0 and x.is_floating_point()))
                 if y.requires_grad:
                     y.backward(torch.ones_like(y))
                 times.append(time.perf_counter() - start)
             seconds = sum(times[1:]) / repeats
-        param_bytes = sum(p.numel() * p.element_size() for p in block.parameters())
-        buffer_bytes = sum(b.numel() * b.element_size() for b in block.buffers())
+            x = y.detach()
+            block.load_state_dict(buffers)  # BatchNorm's statistics and the gradients as they were
+            for p, g in grads.items():
+                p.grad = g
         result.append(
             Block(
                 name=name,
-                cost=float(counter.get_total_flops()),
-                out_bytes=float(out.numel() * out.element_size()),
-                memory=float(param_bytes * (2 + optimizer_slots) + buffer_bytes + sum(saved) * in_flight),
-                params=sum(p.numel() for p in block.parameters()),
+                cost=trace.flops,
+                out_bytes=trace.out_bytes,
+                memory=trace.param_bytes * (2 + optimizer_slots) + trace.buffer_bytes
+                + trace.held_bytes(checkpointed) * in_flight,
+                params=trace.params,
                 time=seconds,
-                workspace=float(max((p.numel() * p.element_size() for p in block.parameters()), default=0)),
+                workspace=trace.largest_param_bytes + trace.recompute_bytes(checkpointed),
             )
         )
-        block.load_state_dict(buffers)
-        for p, g in grads.items():
-            p.grad = g
-        x = out.detach()
     return result

@@ -30,12 +30,14 @@ def plan_stages(
     options: Mapping[str, Any],
     optimizer_slots: int,
     in_flight: int,
+    checkpointed: bool = False,
 ) -> Placement:
     """Place the blocks of ``container`` (its children, in order) in ``stages`` stages on ``devices``.
 
     ``example`` is one micro-batch (only its shape matters unless ``method="time"``, which times the real
     blocks and so needs them materialised); ``method`` a placement method's name, or the stage sizes in
-    blocks; ``in_flight`` the micro-batches whose activations a stage holds at once. A placement that
+    blocks; ``in_flight`` the micro-batches whose activations a stage holds at once; ``checkpointed``
+    whether the stages recompute their blocks' activations in backward (only the blocks' inputs held). A placement that
     fits no device's memory is refused with the memory table of blocks and devices.
     """
     named = list(container.named_children())
@@ -47,14 +49,15 @@ def plan_stages(
     # Profiling runs backward: the first batch may be validation's (sanity check), under inference mode.
     with torch.inference_mode(False), torch.enable_grad():
         pairs = named if timed else [(name, meta_copy(block)) for name, block in named]
-        if not timed:  # shapes only; at least 2 samples: BatchNorm in training mode refuses one per channel
+        micro_batch = len(example)
+        if not timed:  # shapes only; at least 2 samples (BatchNorm in training mode refuses one per channel), scaled back
             example = torch.empty(max(len(example), 2), *example.shape[1:], dtype=example.dtype, device="meta")
         else:
             example = example.clone()
         for _, block in pairs:
             block.train()
         blocks = profile_blocks(pairs, example, optimizer_slots=optimizer_slots, measure_time=timed, repeats=2,
-                                in_flight=in_flight)
+                                in_flight=in_flight, checkpointed=checkpointed, batch_size=micro_batch)
     for (_, block), training in zip(named, was_training):
         block.train(training)
     devices = list(devices)

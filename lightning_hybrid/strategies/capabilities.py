@@ -43,10 +43,18 @@ class Capabilities:
     process_watch: Any = None
     #: A parameter server's load report after fitting (rank 0; None: no server).
     server_load: Any = None
+    #: Each rank holds only part of the model (the pipeline's stages) and :meth:`limit_memory` places the parts
+    #: within a budget; otherwise every rank holds the whole model, which
+    #: :class:`~lightning_hybrid.callbacks.MemoryBudget` checks against the budget before training.
+    holds_part_of_the_model: bool = False
 
     def inject_compute_slowdown(self, factor: float) -> None:
         """Make this rank's compute ``factor`` times slower (only where :attr:`slows_its_compute`)."""
         raise NotImplementedError(f"{type(self).__name__} cannot slow its own compute")
+
+    def limit_memory(self, limit_bytes: float) -> None:
+        """Keep each rank's part of the model within ``limit_bytes`` (only where :attr:`holds_part_of_the_model`)."""
+        raise NotImplementedError(f"{type(self).__name__} holds the whole model on every rank")
 
     def check_evaluation(self, trainer: Any, model: Any) -> None:
         """Raise for a validate, test or predict run the strategy cannot do, before other processes start."""

@@ -8,6 +8,8 @@ stage modules :mod:`lightning_hybrid.pipeline`, the schedules torch.distributed.
 
 from __future__ import annotations
 
+import dataclasses
+
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -22,7 +24,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 
 from lightning_hybrid.comm.collectives import all_gather_object, broadcast_object
 from lightning_hybrid.comm.delayed_allreduce import DelayedAllReduce
-from lightning_hybrid.devices import Device, PeakMemory, devices_in_flops, free_memory, probe_speed
+from lightning_hybrid.devices import Device, PeakMemory, devices_in_flops, free_memory, probe_speed, tensor_bytes
 from lightning_hybrid.pipeline import Mesh, PipelineParallel, StageModule, pipeline_blocks, pipeline_inputs, pipeline_loss
 from lightning_hybrid.pipeline.materialize import is_freed
 from lightning_hybrid.pipeline.stage_adoption import meta_outside_blocks
@@ -126,6 +128,8 @@ class HybridParallelStrategy(StageOnlyState, common.RoutedEvaluation, common.Unw
         self.optimizer_slots = optimizer_slots
         self._init_states: dict[torch.nn.Module, torch.Tensor] | None = None  # noted in configure_model()
         self._peak: PeakMemory | None = None
+        #: Bytes each stage may hold (MemoryBudget, ``memory_budget=``): the devices' memory for the plan.
+        self.memory_limit: float | None = None
         #: Set by lightning_hybrid.sim: this rank's compute is slowed by this factor.
         self.compute_slowdown = 1.0
         #: The placement in use (the same on every rank), once planned.
@@ -187,6 +191,11 @@ class HybridParallelStrategy(StageOnlyState, common.RoutedEvaluation, common.Unw
         return max(int(batch) // self.micro_batches, 1)
 
     slows_its_compute = True  # Capabilities: a simulated straggler slows the compute itself
+    holds_part_of_the_model = True  # Capabilities: each rank holds its stage; a memory budget bounds the plan
+
+    def limit_memory(self, limit_bytes: float) -> None:
+        """Place the stages so that each fits ``limit_bytes`` (beside each device's own memory)."""
+        self.memory_limit = float(limit_bytes)
 
     def inject_compute_slowdown(self, factor: float) -> None:
         """Make this rank's stage compute ``factor`` times slower (heterogeneity simulation)."""
@@ -203,7 +212,7 @@ class HybridParallelStrategy(StageOnlyState, common.RoutedEvaluation, common.Unw
     def setup_environment(self) -> None:
         super().setup_environment()
         self._peak = PeakMemory(self.root_device)
-        self._peak.start()
+        self._peak.start(resident=tensor_bytes(self.lightning_module, self.root_device))
 
     def setup(self, trainer: pl.Trainer) -> None:
         self.check_trainer(trainer, None)
@@ -265,12 +274,16 @@ class HybridParallelStrategy(StageOnlyState, common.RoutedEvaluation, common.Unw
         return plan_stages(
             pipeline_blocks(module), example, devices, self.placement_method, stages=self.pipeline_stages,
             objective=self.objective, seed=self.seed, options=self.placement_options,
-            optimizer_slots=self.optimizer_slots, in_flight=min(self.micro_batches, self.pipeline_stages),
+            optimizer_slots=self.optimizer_slots, checkpointed=bool(getattr(pipeline_blocks(module), "checkpoint_blocks", False)),
+            # the micro-batches whose activations the first stage holds at once
+            in_flight=self.micro_batches if self.schedule_name == "GPipe" else min(self.micro_batches, self.pipeline_stages),
         )
 
     def _agreed_placement(self, module: pl.LightningModule, example: torch.Tensor) -> Placement:
         """Rank 0 plans with ``example`` (one micro-batch); every rank gets the placement, or its error."""
         devices = self._given_devices() if self.device_specs is not None else self._probe_devices()
+        if self.memory_limit is not None:
+            devices = [dataclasses.replace(d, memory=min(d.memory, self.memory_limit)) for d in devices]
         planned: Placement | Exception | None = None
         if self.global_rank == 0:
             try:
@@ -437,7 +450,7 @@ class HybridParallelStrategy(StageOnlyState, common.RoutedEvaluation, common.Unw
             if peak is not None and estimate is not None:
                 report.append(f"rank {rank} {peak / 2**20:.0f} / {estimate / 2**20:.0f}")
         if report and self.global_rank == 0:
-            log.info("HybridParallelStrategy memory, peak above the start / the plan's estimate (MiB): %s", "; ".join(report))
+            log.info("HybridParallelStrategy memory, peak (the stage's tensors included) / the plan's estimate (MiB): %s", "; ".join(report))
 
     def _wrap_gradient_clipping(self) -> None:
         """Clip by the norm of the whole model's gradient, summed over the pipeline's stages."""

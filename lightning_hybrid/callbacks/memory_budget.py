@@ -1,0 +1,87 @@
+"""A memory budget a rank must train within, checked before training."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+
+from lightning_hybrid.data.shapes import batch_size_of, sample_shape
+from lightning_hybrid.devices import parse_size
+from lightning_hybrid.pipeline.protocol import pipeline_blocks
+from lightning_hybrid.placement.memory import MiB, TrainingMemory, optimizer_slots, training_memory
+from lightning_hybrid.strategies.capabilities import capabilities_of
+
+
+class MemoryBudgetExceeded(ValueError):
+    """A rank would need more memory to train than its budget allows."""
+
+
+class MemoryBudget(pl.Callback):
+    """Each rank may hold ``limit`` (bytes, or a size such as ``"1GiB"``) to train. Where every rank holds
+    the whole model (DDP and the suite's data-parallel strategies), what one step needs (parameters,
+    gradients, optimizer state, DDP's gradient buckets, one batch's activations, checkpointed or not:
+    :func:`~lightning_hybrid.placement.memory.training_memory`, on the meta device) is checked before
+    training and a run over the budget is refused, naming what it needs and how to need less. Where each
+    rank holds part of the model (``strategy=hybrid``), the parts are placed within the budget instead.
+
+    The batch is the datamodule's ``batch_size`` (one step's, per rank), a sample's shape its
+    ``input_shape`` (or an ADNI view's volume); the model's blocks are its ``pipeline_blocks()``.
+
+    Example::
+
+        >>> budget = MemoryBudget("1GiB")   # pl.Trainer(callbacks=[budget]); CLI: memory_budget=1GiB
+        >>> budget.limit == 2**30
+        True
+    """
+
+    def __init__(self, limit: float | str) -> None:
+        self.limit = parse_size(limit)
+        if not self.limit > 0:
+            raise ValueError(f"memory_budget must be a size above 0, e.g. 1GiB, got {limit!r}")
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if stage != "fit":
+            return
+        strategy = capabilities_of(trainer.strategy)
+        if strategy.holds_part_of_the_model:
+            strategy.limit_memory(self.limit)
+            return
+        need = self.estimate(trainer, pl_module)
+        if need is not None and need.total > self.limit:
+            raise MemoryBudgetExceeded(
+                f"{type(trainer.strategy).__name__} needs about {need.describe()} a rank to train "
+                f"{type(getattr(pl_module, 'net', pl_module)).__name__}, over the memory budget of "
+                f"{self.limit / MiB:.0f} MiB (memory_budget). Need less with "
+                + ("" if need.checkpointed else "activation checkpointing (model.checkpoint_blocks=true), ")
+                + ("" if need.batch_size == 1 else "a smaller batch a step with gradient accumulation (data.batch_size, "
+                   "trainer.accumulate_grad_batches), ")
+                + "or hold a part of the model on each rank (strategy=hybrid); or raise memory_budget"
+            )
+
+    @staticmethod
+    def estimate(trainer: pl.Trainer, pl_module: pl.LightningModule) -> TrainingMemory | None:
+        """What one rank needs (:class:`~lightning_hybrid.placement.memory.TrainingMemory`), or None where the
+        data does not say its batch or sample shape."""
+        datamodule = getattr(trainer, "datamodule", None)
+        shape, batch = sample_shape(datamodule), batch_size_of(datamodule)
+        if shape is None or batch is None:
+            return None
+        blocks = pipeline_blocks(pl_module)
+        factory = getattr(pl_module, "optimizer_factory", None)  # ClassifierModule's: no scheduler built for this
+        optimizer = (factory([torch.nn.Parameter(torch.zeros(1))]) if callable(factory)
+                     else _first_optimizer(pl_module.configure_optimizers()))
+        return training_memory(blocks, shape, batch, optimizer_slots(optimizer) if optimizer is not None else 2,
+                               checkpointed=bool(getattr(blocks, "checkpoint_blocks", False)))
+
+
+def _first_optimizer(configured: Any) -> torch.optim.Optimizer | None:
+    """The (first) optimizer of what ``configure_optimizers()`` returned."""
+    if isinstance(configured, torch.optim.Optimizer):
+        return configured
+    if isinstance(configured, dict):
+        return _first_optimizer(configured.get("optimizer"))
+    if isinstance(configured, (list, tuple)) and configured:
+        return _first_optimizer(configured[0])
+    return None
