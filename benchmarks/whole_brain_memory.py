@@ -3,7 +3,9 @@ it first (DDP; with gradient accumulation; with activation checkpointing; both) 
 (2 and 4 stages, 1F1B and GPipe), every contender at the same global batch, through the real command.
 
 Each run trains two optimizer steps on synthetic ADNI volumes at the whole-brain view (2 mm: 80 x 104 x 88;
-1.5 mm: 112 x 136 x 120) and logs each rank's peak memory (``callbacks=[peak_memory]``; the pipeline logs
+1.5 mm: 112 x 136 x 120), read from a disk cache in the training process (``data.cache.where=disk``,
+``data.num_workers=0``: no volumes held in memory, no prefetched batches, which would come on top of
+training's memory alike for every contender), and logs each rank's peak memory (``callbacks=[peak_memory]``; the pipeline logs
 its own): the most it held above the interpreter and libraries, its model's parameters included (on CPUs
 the resident set). Beside each peak, the estimate: the pipeline's plan for its stage, and for a rank
 holding the whole model :func:`lightning_hybrid.placement.memory.training_memory` (what
@@ -56,7 +58,7 @@ def contenders(view: tuple[int, ...] = VIEWS["2mm"]) -> dict[str, tuple[int, lis
 def common(view: tuple[int, ...], data_root: Path) -> list[str]:
     shape = ",".join(map(str, view))
     return ["data=adni_synthetic", "data.subjects=64", f"data.root={data_root}", f"data.view.image_shape=[{shape}]",
-            f"data.volume_shape=[{shape}]", "data.augment.where=null", "model=resattnet3d_34", "optimizer=adam_mri",
+            f"data.volume_shape=[{shape}]", "data.augment.where=null", "data.cache.where=disk", "data.num_workers=0", "model=resattnet3d_34", "optimizer=adam_mri",
             "callbacks=[peak_memory]", "logger=csv", "trainer.enable_progress_bar=false", "trainer.num_sanity_val_steps=0",
             "trainer.limit_val_batches=0", "trainer.limit_test_batches=0", "trainer.max_epochs=1",
             "+trainer.enable_checkpointing=false", "test=false"]

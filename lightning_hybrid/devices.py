@@ -45,6 +45,8 @@ Example::
 
 from __future__ import annotations
 
+import ctypes
+
 import dataclasses
 import math
 import re
@@ -276,8 +278,9 @@ class PeakMemory:
     CUDA: ``torch.cuda.max_memory_allocated`` over the allocation at the start (tensors only). CPU: the
     peak resident set (``VmHWM`` of ``/proc/self/status``, reset at the start through
     ``/proc/self/clear_refs``) over the resident set then, so that the interpreter, torch and
-    Lightning are the baseline. ``resident``: bytes of tensors already held at the start that the peak
-    should count (the model's parameters: :func:`tensor_bytes`), taken off the baseline. ``None`` where
+    Lightning are the baseline; the allocator's freed memory is given back first (:func:`release_free_memory`).
+    ``resident``: bytes of tensors already held at the start that the peak should count (the model's
+    parameters, the optimizer's state: :func:`held_bytes`), taken off the baseline. ``None`` where
     neither can be read (not Linux).
     """
 
@@ -290,6 +293,7 @@ class PeakMemory:
             torch.cuda.reset_peak_memory_stats(self.device)
             self.baseline = float(torch.cuda.memory_allocated(self.device)) - resident
             return
+        release_free_memory()
         try:
             with open("/proc/self/clear_refs", "w") as handle:
                 handle.write("5")  # resets VmHWM to the current resident set
@@ -306,11 +310,29 @@ class PeakMemory:
         return _status_bytes("VmHWM") - self.baseline
 
 
-def tensor_bytes(module: torch.nn.Module, device: torch.device | str) -> float:
-    """Bytes of ``module``'s parameters and buffers held on ``device`` (none on the meta device)."""
-    device = torch.device(device)
-    return float(sum(t.numel() * t.element_size() for t in [*module.parameters(), *module.buffers()]
-                     if t.device.type == device.type))
+def held_bytes(device: torch.device | str, *holders: torch.nn.Module | torch.optim.Optimizer) -> float:
+    """Bytes of the tensors ``holders`` keep on ``device``: modules' parameters and buffers, optimizers' state
+    (none on the meta device)."""
+    device, seen, total = torch.device(device), set(), 0.0
+    for holder in holders:
+        if isinstance(holder, torch.optim.Optimizer):
+            tensors = [t for state in holder.state.values() for t in state.values() if isinstance(t, torch.Tensor)]
+        else:
+            tensors = [*holder.parameters(), *holder.buffers()]
+        for t in tensors:
+            if t.device.type == device.type and id(t) not in seen:
+                seen.add(id(t))
+                total += t.numel() * t.element_size()
+    return total
+
+
+def release_free_memory() -> None:
+    """Give the memory the C allocator holds freed back to the operating system (glibc's ``malloc_trim``), so that
+    a resident-set measurement started now counts what is allocated from now on, not earlier work's leftovers."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
 
 
 def _status_bytes(field: str) -> float:

@@ -6,14 +6,14 @@ from __future__ import annotations
 import pytorch_lightning as pl
 import torch
 
-from lightning_hybrid.devices import PeakMemory, tensor_bytes
+from lightning_hybrid.devices import PeakMemory, held_bytes
 from lightning_hybrid.strategies.capabilities import capabilities_of
 
 
 class PeakMemoryMonitor(pl.Callback):
-    """Logs each rank's peak memory at each training epoch's end, under any strategy, above the
-    interpreter and libraries (what it held when the Trainer set up, less its model's parameters and
-    buffers, which the peak counts): ``memory/rank<r>_peak_MiB`` (every rank's value gathered, so
+    """Logs each rank's peak memory in training at each training epoch's end, under any strategy: above what
+    it held when training started (after the data's preparation), less its model's parameters and buffers
+    and its optimizer's state, which the peak counts: ``memory/rank<r>_peak_MiB`` (every rank's value gathered, so
     rank 0's loggers have them all). CUDA: ``max_memory_allocated``; CPU: the peak resident set
     (:class:`~lightning_hybrid.devices.PeakMemory`). The hybrid strategy logs the same keys, beside its
     plan's estimates, by itself.
@@ -26,10 +26,10 @@ class PeakMemoryMonitor(pl.Callback):
     def __init__(self) -> None:
         self._peak: PeakMemory | None = None
 
-    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._peak is None:
             self._peak = PeakMemory(trainer.strategy.root_device)
-            self._peak.start(resident=tensor_bytes(pl_module, trainer.strategy.root_device))
+            self._peak.start(resident=held_bytes(trainer.strategy.root_device, pl_module, *trainer.optimizers))
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if capabilities_of(trainer.strategy).logs_peak_memory:

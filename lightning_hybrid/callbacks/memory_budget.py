@@ -42,16 +42,19 @@ class MemoryBudget(pl.Callback):
             raise ValueError(f"memory_budget must be a size above 0, e.g. 1GiB, got {limit!r}")
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        if stage != "fit":
+        if stage == "fit":
+            self.check(trainer.strategy, pl_module, getattr(trainer, "datamodule", None))
+
+    def check(self, strategy: Any, pl_module: pl.LightningModule, datamodule: Any) -> None:
+        """Refuse (:class:`MemoryBudgetExceeded`) a run whose ranks hold the whole model and need more than the
+        budget, or have ``strategy`` place its parts within it. The command calls it before any rank starts."""
+        if capabilities_of(strategy).holds_part_of_the_model:
+            capabilities_of(strategy).limit_memory(self.limit)
             return
-        strategy = capabilities_of(trainer.strategy)
-        if strategy.holds_part_of_the_model:
-            strategy.limit_memory(self.limit)
-            return
-        need = self.estimate(trainer, pl_module)
+        need = self.estimate(pl_module, datamodule)
         if need is not None and need.total > self.limit:
             raise MemoryBudgetExceeded(
-                f"{type(trainer.strategy).__name__} needs about {need.describe()} a rank to train "
+                f"{type(strategy).__name__} needs about {need.describe()} a rank to train "
                 f"{type(getattr(pl_module, 'net', pl_module)).__name__}, over the memory budget of "
                 f"{self.limit / MiB:.0f} MiB (memory_budget). Need less with "
                 + ("" if need.checkpointed else "activation checkpointing (model.checkpoint_blocks=true), ")
@@ -61,10 +64,9 @@ class MemoryBudget(pl.Callback):
             )
 
     @staticmethod
-    def estimate(trainer: pl.Trainer, pl_module: pl.LightningModule) -> TrainingMemory | None:
+    def estimate(pl_module: pl.LightningModule, datamodule: Any) -> TrainingMemory | None:
         """What one rank needs (:class:`~lightning_hybrid.placement.memory.TrainingMemory`), or None where the
         data does not say its batch or sample shape."""
-        datamodule = getattr(trainer, "datamodule", None)
         shape, batch = sample_shape(datamodule), batch_size_of(datamodule)
         if shape is None or batch is None:
             return None

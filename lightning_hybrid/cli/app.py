@@ -284,6 +284,8 @@ def train(cfg: DictConfig) -> dict[str, float]:
             **({"enable_progress_bar": False} if progress_as_lines(cfg) else {}),
         )
         check_resources(cfg, trainer)
+        for budget in (c for c in trainer.callbacks if isinstance(c, MemoryBudget) and cfg.get("fit", True)):
+            budget.check(trainer.strategy, module, datamodule)  # before any rank starts: one message
         warn_cpu_bf16_conv3d(trainer, module)
         set_cpu_threads(cfg, trainer)
         for logger in trainer.loggers:

@@ -24,7 +24,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 
 from lightning_hybrid.comm.collectives import all_gather_object, broadcast_object
 from lightning_hybrid.comm.delayed_allreduce import DelayedAllReduce
-from lightning_hybrid.devices import Device, PeakMemory, devices_in_flops, free_memory, probe_speed, tensor_bytes
+from lightning_hybrid.devices import Device, PeakMemory, devices_in_flops, free_memory, probe_speed, held_bytes
 from lightning_hybrid.pipeline import Mesh, PipelineParallel, StageModule, pipeline_blocks, pipeline_inputs, pipeline_loss
 from lightning_hybrid.pipeline.materialize import is_freed
 from lightning_hybrid.pipeline.stage_adoption import meta_outside_blocks
@@ -209,10 +209,10 @@ class HybridParallelStrategy(StageOnlyState, common.RoutedEvaluation, common.Unw
         """Shard data over replicas only: the ranks of one pipeline see the same batches."""
         return {"num_replicas": self.data_parallel, "rank": self.global_rank // self.pipeline_stages}
 
-    def setup_environment(self) -> None:
-        super().setup_environment()
-        self._peak = PeakMemory(self.root_device)
-        self._peak.start(resident=tensor_bytes(self.lightning_module, self.root_device))
+    def on_train_start(self) -> None:
+        super().on_train_start()
+        self._peak = PeakMemory(self.root_device)  # training's: the stage's tensors, not the data's preparation
+        self._peak.start(resident=held_bytes(self.root_device, self.lightning_module, *self.optimizers))
 
     def setup(self, trainer: pl.Trainer) -> None:
         self.check_trainer(trainer, None)
