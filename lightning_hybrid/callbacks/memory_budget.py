@@ -53,14 +53,15 @@ class MemoryBudget(pl.Callback):
             return
         need = self.estimate(pl_module, datamodule)
         if need is not None and need.total > self.limit:
+            remedies = [*([] if need.checkpointed else ["activation checkpointing (model.checkpoint_blocks=true)"]),
+                        *([] if need.batch_size == 1 else ["a smaller batch a step with gradient accumulation "
+                                                           "(data.batch_size, trainer.accumulate_grad_batches)"]),
+                        "a part of the model on each rank (strategy=hybrid)"]
             raise MemoryBudgetExceeded(
-                f"{type(strategy).__name__} needs about {need.describe()} a rank to train "
-                f"{type(getattr(pl_module, 'net', pl_module)).__name__}, over the memory budget of "
-                f"{self.limit / MiB:.0f} MiB (memory_budget). Need less with "
-                + ("" if need.checkpointed else "activation checkpointing (model.checkpoint_blocks=true), ")
-                + ("" if need.batch_size == 1 else "a smaller batch a step with gradient accumulation (data.batch_size, "
-                   "trainer.accumulate_grad_batches), ")
-                + "or hold a part of the model on each rank (strategy=hybrid); or raise memory_budget"
+                f"{type(strategy).__name__} needs about {need.total / MiB:.0f} MiB a rank to train "
+                f"{type(getattr(pl_module, 'net', pl_module)).__name__} ({need.describe()}; MiB), over the memory "
+                f"budget of {self.limit / MiB:.0f} MiB (memory_budget). Need less with " + ", or ".join(remedies)
+                + "; or raise memory_budget"
             )
 
     @staticmethod

@@ -44,13 +44,13 @@ class TrainingMemory:
         return self.parameters + self.gradients + self.optimizer_state + self.buckets + self.activations + self.transient
 
     def describe(self) -> str:
-        """``2046 MiB: parameters 244, gradients 244, ...`` (MiB)."""
+        """``parameters 244, gradients 244, ...`` (MiB)."""
         parts = [("parameters", self.parameters), ("gradients", self.gradients), ("optimizer state", self.optimizer_state),
                  ("DDP's gradient buckets", self.buckets),
                  (f"activations of a batch of {self.batch_size}{' (checkpointed: block inputs)' if self.checkpointed else ''}",
                   self.activations),
                  ("recomputed block" if self.checkpointed else "largest gradient added", self.transient)]
-        return f"{self.total / MiB:.0f} MiB: " + ", ".join(f"{name} {value / MiB:.0f}" for name, value in parts if value)
+        return ", ".join(f"{name} {value / MiB:.0f}" for name, value in parts if value)
 
 
 def training_memory(
