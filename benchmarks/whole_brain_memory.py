@@ -139,7 +139,8 @@ def main() -> None:
     for name in args.contenders:
         ranks, overrides = table[name]
         r = run(name, [*base, *overrides, f"memory_budget={args.budget}"], args.workdir / f"{tag}_budget_{args.budget}" / name, env)
-        verdict = (f"trains: peaks {', '.join(f'{p:.0f}' for p in r['peaks'])} MiB" if r["returncode"] == 0
+        verdict = (f"trains: peaks (plan's estimates) {', '.join(f'{p:.0f} ({e:.0f})' for p, e in zip(r['peaks'], r['estimates']))} MiB"
+                   if r["returncode"] == 0
                    else f"refused before training: {r['error']}")
         print(f"- {name}: {verdict}", flush=True)
 

@@ -163,6 +163,7 @@ MODNN = "recipes/mao2017_modnn/README.md"
 GRID, RERUN = "LeNet-5, 98 %:", "Its summary ("
 LINK, LINK_SAMPLES = "Time to 98 % under each source:", "Samples to 98 %:"
 HYBRID_TABLE, PLACEMENT = "### Against what you would pick instead", "## `hybrid_placement.py`"
+WHOLE_BRAIN = "At 2 mm (80 x 104 x 88):"
 LATENCY = "| contender | latency ms"
 
 
@@ -313,6 +314,11 @@ FIGURES = [
     Figure("PowerSGD, 10 Mbit/s", link("powersgd_r2", "10mbit"), (Quote(INDEX, rf"\({F} at 10 Mbit/s\)"),)),
     Figure("PowerSGD, latency", link("powersgd_r2", "lat50ms", "lat200ms"), (
         Quote(INDEX, rf"PowerSGD loses under latency \({F}\)"), Quote(ASGD, rf"PowerSGD loses there \({F}\)"))),
+    # The hybrid page's whole-brain memory table (benchmarks/whole_brain_memory.py): the 2-stage pipeline's largest peak.
+    Figure("hybrid, whole-brain memory against DDP", Cells(HYBRID, WHOLE_BRAIN, ("pipe2_1f1b",), ("vs DDP",)), (
+        *in_table("HybridParallelStrategy", rf"its largest rank peaks at {F} a DDP rank's memory"),
+        Quote(HYBRID, rf"the 2-stage pipeline's largest rank\s+peaks at {F} a DDP rank's"),
+        Quote(INDEX, rf"largest rank\s+peaks at {F} a DDP rank's"), Quote(ADNI, rf"largest rank\s+peaks at {F} a DDP rank's"))),
     # The hybrid page's table against DDP and balanced (docs/strategies/hybrid.md).
     Figure("hybrid, 4 ranks of two speeds", hybrid(r"speeds \[1, 1, 2, 2\]", "hybrid"), (
         *in_table("HybridParallelStrategy", rf"speeds \[1, 1, 2, 2\] {F} DDP"),
