@@ -46,7 +46,6 @@ Example::
 from __future__ import annotations
 
 import ctypes
-
 import dataclasses
 import math
 import re
