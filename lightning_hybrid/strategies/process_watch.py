@@ -142,11 +142,18 @@ class ProcessWatch:
             os.write(self.stream_fd, ("\n" + message + ".\n").encode())
 
     def dead(self, fatal_only: bool = False) -> Watched | None:
-        """The first watched process that ended with a non-zero code, if any (``fatal_only``: of
-        those whose death ends the run)."""
+        """The watched process whose death most likely caused the others', among those that ended
+        with a non-zero code (``fatal_only``: of those whose death ends the run); None if none did.
+
+        One poll can find several dead: a killed worker's parameter server notices at once that the
+        worker is gone and exits with an error within the same interval. A process killed by a
+        signal is named before one that exited with a code, and a rank before a process of no rank
+        (a parameter server ends with an error when a worker is lost); otherwise the order they were added.
+        """
         with self._lock:
             watched = [w for w in self._watched if w.fatal or not fatal_only]
-        return next((w for w in watched if w.process.poll() not in (None, 0)), None)
+        ended = [w for w in watched if w.process.poll() not in (None, 0)]
+        return min(ended, key=_consequence_rank, default=None)
 
     def end_run(self, dead: Watched) -> NoReturn:
         """Stop every other watched process, write the final message, end this process (code 1)."""
@@ -203,6 +210,11 @@ class ProcessWatch:
             except subprocess.TimeoutExpired:
                 log.warning("lightning-hybrid: %s did not end within %.0f s of the run; killing it", w.describe(), timeout_s)
                 _kill(w.process)
+
+
+def _consequence_rank(watched: Watched) -> tuple[bool, bool]:
+    """Sorts the dead of one poll cause first: killed by a signal, then ranks before servers."""
+    return watched.process.returncode >= 0, watched.rank is None
 
 
 def _kill(process: subprocess.Popen) -> bool:
