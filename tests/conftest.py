@@ -14,8 +14,9 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pytest
@@ -89,36 +90,128 @@ def clean_env(**extra: str) -> dict[str, str]:
     return env
 
 
+class ZygoteProcess:
+    """A run started by :meth:`Zygote.start`: what :class:`subprocess.Popen` offers for it (``pid``,
+    ``returncode``, ``poll``, ``wait``, ``send_signal``, ``kill``); its output went to the files (or
+    the terminal) it was started with."""
+
+    def __init__(self, pid: int, args: list[str]) -> None:
+        self.pid, self.args, self.returncode = pid, args, None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            Zygote._read_replies(0)
+            self.returncode = Zygote._ended.pop(self.pid, None)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+            Zygote._read_replies(left)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
 class Zygote:
     """Client of ``tests/zygote.py``: runs ``python ARGV`` as a process forked from a Python that has
     already imported torch, Lightning and Hydra (started once per pytest worker), returning what
-    :func:`subprocess.run` with ``capture_output=True, text=True`` would. A new interpreter per run
-    instead with ``LIGHTNING_HYBRID_TESTS_FRESH_PYTHON=1``."""
+    :func:`subprocess.run` with ``capture_output=True, text=True`` would (:meth:`run`), or, started
+    with its output in files or a terminal, a process to wait for (:meth:`start`: several at once, as
+    the tasks of one job). A new interpreter per run instead with ``LIGHTNING_HYBRID_TESTS_FRESH_PYTHON=1``."""
 
     _process: subprocess.Popen | None = None
+    _replies = b""
+    _requests = 0  # requests sent: each one's id
+    _started: dict[int, int] = {}  # request id -> pid, announced and not yet taken by start()
+    _ended: dict[int, int] = {}  # pid -> return code, of runs that ended and were not yet polled
+
+    @classmethod
+    def _read_replies(cls, timeout: float | None) -> None:
+        """Read what the zygote has answered, waiting up to ``timeout`` seconds for a first answer."""
+        fd = cls._process.stdout.fileno()
+        while True:
+            ready, _, _ = select.select([fd], [], [], timeout)
+            if not ready:
+                return
+            data = os.read(fd, 65536)
+            if not data:
+                raise RuntimeError(f"the zygote (tests/zygote.py) ended with {cls._process.wait()}")
+            cls._replies += data
+            while b"\n" in cls._replies:
+                line, cls._replies = cls._replies.split(b"\n", 1)
+                reply = json.loads(line)
+                if "returncode" in reply:
+                    cls._ended[reply["pid"]] = reply["returncode"]
+                else:
+                    cls._started[reply["id"]] = reply["pid"]
+            timeout = 0  # and whatever else is there already
+
+    @classmethod
+    def start(cls, argv: list[str], env: dict[str, str], cwd: Path, stdout: str | Path, stderr: str | Path,
+              stdin: str | Path | None = None, new_session: bool = False,
+              fresh: bool = False) -> ZygoteProcess | subprocess.Popen:
+        """Start ``python ARGV`` with its standard output and error into the files (or terminal device)
+        ``stdout`` and ``stderr`` (one file for both where they are the same path) and its input from
+        ``stdin`` (/dev/null without it), in a session of its own with ``new_session`` (as
+        ``subprocess.Popen(start_new_session=True)``); don't wait. ``fresh``: in a new interpreter."""
+        command = [sys.executable, *argv]
+        if fresh or os.environ.get("LIGHTNING_HYBRID_TESTS_FRESH_PYTHON") == "1":
+            def opened(path: str | Path) -> int:  # as the zygote opens them
+                device = str(path).startswith("/dev/")
+                return os.open(path, os.O_WRONLY | os.O_NOCTTY | (0 if device else os.O_CREAT | os.O_TRUNC), 0o644)
+
+            out = opened(stdout)
+            fds = [os.open(stdin or os.devnull, os.O_RDONLY | os.O_NOCTTY), out,
+                   os.dup(out) if str(stderr) == str(stdout) else opened(stderr)]
+            try:
+                return subprocess.Popen(command, env=env, cwd=cwd, stdin=fds[0], stdout=fds[1], stderr=fds[2],
+                                        start_new_session=new_session)
+            finally:
+                for fd in fds:
+                    os.close(fd)
+        if cls._process is None or cls._process.poll() is not None:
+            cls._process = subprocess.Popen(
+                [sys.executable, str(Path(__file__).with_name("zygote.py"))], stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, env=clean_env(),
+            )
+            cls._replies, cls._started, cls._ended = b"", {}, {}
+        # Each answer names its request or process: a run that a test left waiting (pytest-timeout's
+        # exception, a failure) cannot hand its answers to the next runs.
+        cls._requests += 1
+        request = {"id": cls._requests, "argv": argv, "env": env, "cwd": str(cwd), "stdout": str(stdout),
+                   "stderr": str(stderr), "stdin": str(stdin) if stdin else None, "new_session": new_session}
+        cls._process.stdin.write((json.dumps(request) + "\n").encode())
+        cls._process.stdin.flush()
+        while cls._requests not in cls._started:
+            cls._read_replies(None)
+        return ZygoteProcess(cls._started.pop(cls._requests), command)
 
     @classmethod
     def run(cls, argv: list[str], env: dict[str, str], cwd: Path, timeout: float) -> subprocess.CompletedProcess:
         command = [sys.executable, *argv]
         if os.environ.get("LIGHTNING_HYBRID_TESTS_FRESH_PYTHON") == "1":
             return subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
-        if cls._process is None or cls._process.poll() is not None:
-            cls._process = subprocess.Popen(
-                [sys.executable, str(Path(__file__).with_name("zygote.py"))], stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE, text=True, env=clean_env(),
-            )
         with tempfile.TemporaryDirectory() as tmp:
             out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
-            request = {"argv": argv, "env": env, "cwd": str(cwd), "stdout": str(out), "stderr": str(err)}
-            cls._process.stdin.write(json.dumps(request) + "\n")
-            cls._process.stdin.flush()
-            pid = json.loads(cls._process.stdout.readline())["pid"]
-            ready, _, _ = select.select([cls._process.stdout], [], [], timeout)
-            if not ready:
-                os.kill(pid, signal.SIGKILL)
-                cls._process.stdout.readline()  # its return code
+            process = cls.start(argv, env, cwd, out, err)
+            try:
+                returncode = process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
                 raise subprocess.TimeoutExpired(command, timeout, output=out.read_text(), stderr=err.read_text())
-            returncode = json.loads(cls._process.stdout.readline())["returncode"]
+            except BaseException:  # the test is stopped (pytest-timeout, Ctrl+C): so is its run
+                process.kill()
+                raise
             return subprocess.CompletedProcess(command, returncode, out.read_text(), err.read_text())
 
 
@@ -143,20 +236,29 @@ def run_train_script(out: Path, *args: str, **kwargs: Any) -> subprocess.Complet
     return run_script(TRAIN_SCRIPT, out, *args, **kwargs)
 
 
-def shared_train_script(tmp_path_factory: pytest.TempPathFactory, *args: str) -> Path:
-    """The output folder of ``train_script.py *args``, run once per test session for all the tests
-    (and pytest-xdist workers) that compare against the same reference run."""
+def shared_folder(tmp_path_factory: pytest.TempPathFactory, name: str, make: Callable[[Path], Any]) -> Path:
+    """The folder ``name`` that ``make(folder)`` fills, made once per test session for all the tests and
+    pytest-xdist workers that read it (a module-scoped fixture is made again in each worker that runs
+    one of the module's tests; here the second waits for the first's)."""
     from filelock import FileLock
 
     base = tmp_path_factory.getbasetemp()
     shared = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "shared_runs"
     shared.mkdir(parents=True, exist_ok=True)
-    out = shared / hashlib.md5(" ".join(args).encode()).hexdigest()
+    out = shared / name
     with FileLock(str(out) + ".lock"):
-        if not (out / "done").exists():
-            run_train_script(out, *args)
-            (out / "done").touch()
+        if not (shared / f"{name}.done").exists():
+            shutil.rmtree(out, ignore_errors=True)  # what a worker that failed to make it left
+            make(out)
+            (shared / f"{name}.done").touch()
     return out
+
+
+def shared_train_script(tmp_path_factory: pytest.TempPathFactory, *args: str) -> Path:
+    """The output folder of ``train_script.py *args``, run once per test session for all the tests
+    (and pytest-xdist workers) that compare against the same reference run."""
+    return shared_folder(tmp_path_factory, hashlib.md5(" ".join(args).encode()).hexdigest(),
+                         lambda out: run_train_script(out, *args))
 
 
 def free_port() -> int:

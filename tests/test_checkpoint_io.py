@@ -4,13 +4,13 @@ of the same name intact."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import textwrap
 
 import pytest
 import torch
 
+from conftest import Zygote, clean_env
 from lightning_hybrid import AllReduceASGDStrategy, BalancedDataParallelStrategy, CNeuralStrategy, SSPStrategy
 from lightning_hybrid.strategies.checkpoint_io import AtomicCheckpointIO
 
@@ -28,11 +28,13 @@ SAVE_UNDER_A_FILE_SIZE_LIMIT = textwrap.dedent(
 
 @pytest.mark.skipif(sys.platform == "win32", reason="RLIMIT_FSIZE is POSIX")
 def test_a_failed_save_leaves_no_partial_checkpoint(tmp_path):
-    target = tmp_path / "epoch001.ckpt"
+    target = tmp_path / "checkpoints" / "epoch001.ckpt"
     AtomicCheckpointIO().save_checkpoint({"state_dict": {"w": torch.zeros(3)}}, target)  # an earlier good save
-    proc = subprocess.run([sys.executable, "-c", SAVE_UNDER_A_FILE_SIZE_LIMIT, str(target)], capture_output=True, text=True)
+    (tmp_path / "save.py").write_text(SAVE_UNDER_A_FILE_SIZE_LIMIT)
+    # a process of its own (the file size limit is the process's), forked from the tests' pre-imported Python
+    proc = Zygote.run([str(tmp_path / "save.py"), str(target)], clean_env(), tmp_path, timeout=120)
     assert proc.returncode != 0 and "File too large" in proc.stderr, proc.stderr[-2000:]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["epoch001.ckpt"], "no temporary file left behind"
+    assert sorted(p.name for p in target.parent.iterdir()) == ["epoch001.ckpt"], "no temporary file left behind"
     kept = torch.load(target, weights_only=True)
     torch.testing.assert_close(kept["state_dict"]["w"], torch.zeros(3))
 

@@ -161,8 +161,7 @@ def test_a_killed_run_resumes_from_its_last_epoch_and_loses_nothing(stores, tmp_
     ]
     env = clean_env(PYTHONWARNINGS="ignore")
     last = run_dir / "checkpoints" / "last.ckpt"
-    log = (tmp_path / "first.log").open("w")
-    first = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
+    first = Zygote.start(command[1:], env, tmp_path, tmp_path / "first.log", tmp_path / "first.log")
     deadline = time.monotonic() + 180
     epoch1 = run_dir / "checkpoints" / "epoch001.ckpt"
 

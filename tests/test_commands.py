@@ -4,7 +4,13 @@
 test with every process's Python stack (py-spy), so a hang is reported where it happens.
 
 Ranks are started as users' runs start them: on this CPU machine the suite's strategies fork rank 1 at fit
-(``fork_ranks: auto``), Lightning's ``ddp`` reruns the command for it."""
+(``fork_ranks: auto``), Lightning's ``ddp`` reruns the command for it, ``ddp_spawn`` spawns both.
+
+The command runs in a new interpreter, as a shell starts it, for :data:`FRESH` (Lightning's ``ddp``
+in a batch job and in a terminal, and ``ssp``, with its parameter server, in a batch job); every
+other run is the same script (the installed ``lightning-hybrid``) with the same command line,
+environment, working directory, output and session, forked from the tests' Python that has already
+imported torch, Lightning and Hydra (tests/zygote.py): about 10 s of CPU less each, on 2 cores."""
 
 from __future__ import annotations
 
@@ -23,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import clean_env
+from conftest import Zygote, clean_env
 
 pytestmark = pytest.mark.multiprocess
 
@@ -38,6 +44,8 @@ CONFIGS = ("ddp_bf16", "ddp_powersgd", "ddp_spawn")
 SMALL = ("trainer.max_epochs=2", "trainer.limit_train_batches=4", "trainer.limit_val_batches=2",
          "trainer.limit_test_batches=2", "data=synthetic", "data.num_train=512", "data.num_val=128", "data.num_test=128")
 LIMIT_S = 150
+#: (alias, output) run in a new interpreter; the others are forked from tests/zygote.py.
+FRESH = {("ddp", "file"), ("ddp", "terminal"), ("ssp", "file")}
 
 
 def stacks(group: int) -> str:
@@ -51,24 +59,25 @@ def stacks(group: int) -> str:
     return "\n".join(dumps)
 
 
-def run_command(args: list[str], cwd: Path, terminal: bool) -> tuple[int, str]:
-    """``lightning-hybrid *args`` in a session of its own, its output to a file or a pseudo-terminal;
-    past :data:`LIMIT_S` the test fails with every process's stack."""
+def run_command(args: list[str], cwd: Path, terminal: bool, fresh: bool = True) -> tuple[int, str]:
+    """``lightning-hybrid *args`` in a session of its own, its output to a file or a pseudo-terminal, in a
+    new interpreter (``fresh``) or forked from tests/zygote.py; past :data:`LIMIT_S` the test fails with
+    every process's stack."""
     env = clean_env(PYTHONWARNINGS="ignore")
     env.pop("TORCH_DISTRIBUTED_DEBUG")  # as users run it (the suite's other runs check the collectives)
     chunks: list[bytes] = []
     if terminal:
         controller, child_end = pty.openpty()
         fcntl.ioctl(child_end, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))  # a terminal's size: the bar's width
-        process = subprocess.Popen([str(COMMAND), *args], cwd=cwd, env=env, stdin=child_end, stdout=child_end,
-                                   stderr=child_end, start_new_session=True)
-        os.close(child_end)
+        terminal_device = os.ttyname(child_end)
+        process = Zygote.start([str(COMMAND), *args], env, cwd, terminal_device, terminal_device, stdin=terminal_device,
+                               new_session=True, fresh=fresh)
 
         def drain() -> None:  # a full terminal buffer would block the writer
             while True:
                 try:
                     data = os.read(controller, 65536)
-                except OSError:
+                except OSError:  # no process holds the terminal open any more
                     return
                 if not data:
                     return
@@ -77,25 +86,26 @@ def run_command(args: list[str], cwd: Path, terminal: bool) -> tuple[int, str]:
         reader = threading.Thread(target=drain, daemon=True)
         reader.start()
     else:
-        log = (cwd / "out.log").open("wb")
-        process = subprocess.Popen([str(COMMAND), *args], cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                   stderr=subprocess.STDOUT, start_new_session=True)
+        process = Zygote.start([str(COMMAND), *args], env, cwd, cwd / "out.log", cwd / "out.log", new_session=True,
+                               fresh=fresh)
+    stuck = None
     try:
         process.wait(timeout=LIMIT_S)
     except subprocess.TimeoutExpired:
-        dump = stacks(process.pid)
+        stuck = stacks(process.pid)
         os.killpg(process.pid, signal.SIGKILL)
         process.wait()
-        output = b"".join(chunks).decode(errors="replace") if terminal else (cwd / "out.log").read_text(errors="replace")
-        pytest.fail(f"lightning-hybrid {' '.join(args)} did not end within {LIMIT_S} s; last output:\n{output[-2000:]}\n"
-                    f"stacks:\n{dump}")
     finally:
         if terminal:
+            # held until the command ends (a forked run opens the terminal after it starts): then the
+            # reader's next read says that nobody writes any more
+            os.close(child_end)
             reader.join(timeout=10)
             os.close(controller)
-        else:
-            log.close()
     output = b"".join(chunks).decode(errors="replace") if terminal else (cwd / "out.log").read_text(errors="replace")
+    if stuck is not None:
+        pytest.fail(f"lightning-hybrid {' '.join(args)} did not end within {LIMIT_S} s; last output:\n{output[-2000:]}\n"
+                    f"stacks:\n{stuck}")
     return process.returncode, output
 
 
@@ -104,7 +114,7 @@ def run_command(args: list[str], cwd: Path, terminal: bool) -> tuple[int, str]:
                          + [(config, "file") for config in CONFIGS])
 def test_every_alias_finishes_as_users_type_it(tmp_path, alias, output):
     returncode, text = run_command([f"strategy={alias}", "trainer.devices=2", *SMALL, f"hydra.run.dir={tmp_path / 'run'}"],
-                                   tmp_path, terminal=output == "terminal")
+                                   tmp_path, terminal=output == "terminal", fresh=(alias, output) in FRESH)
     assert returncode == 0, f"exit status {returncode}:\n{text[-4000:]}"
     assert text.count("final metrics") == 1 and "test/acc" in text, "rank 0 reports, once:\n" + text[-3000:]
     if alias == "ddp":  # Lightning's DDPStrategy: rank 1 reruns the command, in the same run folder

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import shared_folder
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -18,14 +20,16 @@ def site(tmp_path_factory) -> Path:
     pytest.importorskip("mkdocs", reason="the docs extra is not installed (pip install -e '.[docs]')")
     pytest.importorskip("material", reason="mkdocs-material is not installed (pip install -e '.[docs]')")
     pytest.importorskip("mkdocstrings_handlers.python", reason="mkdocstrings-python is not installed")
-    out = tmp_path_factory.mktemp("docs") / "site"
-    result = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
-        cwd=REPO, capture_output=True, text=True, timeout=240, env={**_env(), "NO_MKDOCS_2_WARNING": "1"},
-    )
-    warnings = [line for line in result.stderr.splitlines() if "WARNING" in line or "ERROR" in line]
-    assert result.returncode == 0, "mkdocs build --strict failed:\n" + "\n".join(warnings or [result.stderr[-3000:]])
-    return out
+
+    def build(out: Path) -> None:
+        result = subprocess.run(
+            [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
+            cwd=REPO, capture_output=True, text=True, timeout=240, env={**_env(), "NO_MKDOCS_2_WARNING": "1"},
+        )
+        warnings = [line for line in result.stderr.splitlines() if "WARNING" in line or "ERROR" in line]
+        assert result.returncode == 0, "mkdocs build --strict failed:\n" + "\n".join(warnings or [result.stderr[-3000:]])
+
+    return shared_folder(tmp_path_factory, "docs_site", build)
 
 
 def test_the_site_builds_strictly(site: Path) -> None:

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import os
 from collections import deque
+from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from conftest import free_port
+from conftest import free_port, shared_folder
 from test_delayed_allreduce import batches, make_model  # the same model and per-rank batches
 
 from lightning_hybrid.comm.delayed_allreduce import DelayedAllReduce
@@ -169,9 +170,12 @@ def ddp_reference() -> list[torch.Tensor]:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    out = str(tmp_path_factory.mktemp("local_sgd") / "result")
-    mp.start_processes(worker, args=(free_port(), out), nprocs=2, start_method="forkserver")
-    return [torch.load(f"{out}.{r}") for r in (0, 1)]
+    def train(folder: Path) -> None:
+        folder.mkdir()
+        mp.start_processes(worker, args=(free_port(), str(folder / "result")), nprocs=2, start_method="forkserver")
+
+    out = shared_folder(tmp_path_factory, "local_sgd_rules", train)
+    return [torch.load(out / f"result.{r}") for r in (0, 1)]
 
 
 def assert_params(got, want, **tolerance):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import REFERENCE, TRAIN_SCRIPT, free_port, shared_train_script
+from conftest import REFERENCE, TRAIN_SCRIPT, Zygote, free_port, shared_train_script
 
 pytestmark = pytest.mark.multiprocess
 
@@ -20,38 +20,35 @@ pytestmark = pytest.mark.multiprocess
 def two_launchers(out: Path, *args: str, launcher: str = "torchrun", timeout: float = 240) -> None:
     """tests/train_script.py on two one-rank nodes: ``torchrun --nnodes 2 --nproc-per-node 1
     --node-rank {0,1}``, or (``launcher="slurm"``) two processes with the variables ``srun -N 2 -n 2``
-    gives its tasks."""
+    gives its tasks (each forked from the tests' pre-imported Python, tests/zygote.py, as SLURM's tasks
+    are no children of each other)."""
     out.mkdir(parents=True, exist_ok=True)
     port = free_port()
     env = {k: v for k, v in os.environ.items()
            if k not in ("LOCAL_RANK", "RANK", "WORLD_SIZE", "MASTER_PORT", "NODE_RANK") and not k.startswith("SLURM_")}
     script = [str(TRAIN_SCRIPT), str(out), *args, "--devices", "1", "--num-nodes", "2"]
-    commands, envs = [], []
+    logs = [out / f"node{node}.log" for node in (0, 1)]
+    processes = []
     for node in (0, 1):
         if launcher == "torchrun":
-            commands.append([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
-                             "--node-rank", str(node), "--master-addr", "127.0.0.1", "--master-port", str(port), *script])
-            envs.append(env)
+            command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
+                       "--node-rank", str(node), "--master-addr", "127.0.0.1", "--master-port", str(port), *script]
+            with logs[node].open("w") as log:
+                processes.append(subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT))
         else:
-            commands.append([sys.executable, *script])
-            envs.append({**env, "SLURM_NTASKS": "2", "SLURM_NNODES": "2", "SLURM_NTASKS_PER_NODE": "1",
-                         "SLURM_PROCID": str(node), "SLURM_LOCALID": "0", "SLURM_NODEID": str(node),
-                         "SLURM_NODELIST": "127.0.0.1", "SLURM_JOB_ID": "4242", "SLURM_JOB_NAME": "two_nodes",
-                         "MASTER_PORT": str(port)})
-    processes = [
-        subprocess.Popen(command, env=node_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        for command, node_env in zip(commands, envs)
-    ]
-    outputs = []
+            processes.append(Zygote.start(script, {
+                **env, "SLURM_NTASKS": "2", "SLURM_NNODES": "2", "SLURM_NTASKS_PER_NODE": "1", "SLURM_PROCID": str(node),
+                "SLURM_LOCALID": "0", "SLURM_NODEID": str(node), "SLURM_NODELIST": "127.0.0.1", "SLURM_JOB_ID": "4242",
+                "SLURM_JOB_NAME": "two_nodes", "MASTER_PORT": str(port)}, Path.cwd(), logs[node], logs[node]))
     for process in processes:
         try:
-            outputs.append(process.communicate(timeout=timeout)[0])
+            process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             for other in processes:
                 other.kill()
             pytest.fail(f"{launcher} launch timed out after {timeout} s")
-    for node, (process, output) in enumerate(zip(processes, outputs)):
-        assert process.returncode == 0, f"node {node} exited {process.returncode}:\n{output[-5000:]}"
+    for node, (process, log) in enumerate(zip(processes, logs)):
+        assert process.returncode == 0, f"node {node} exited {process.returncode}:\n{log.read_text()[-5000:]}"
 
 
 def check_equal(run: Path, reference: Path) -> None:

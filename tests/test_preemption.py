@@ -148,28 +148,29 @@ def last_line(proc: subprocess.CompletedProcess) -> str:
 
 
 def slurm_tasks(tmp_path: Path, overrides: tuple[str, ...], port: int, scontrol_dir: Path) -> list[subprocess.CompletedProcess]:
-    """The command as the 2 tasks of SLURM job 4242 (``srun`` variables, one rank each)."""
+    """The command as the 2 tasks of SLURM job 4242 (``srun`` variables, one rank each), started together
+    (each forked from the tests' pre-imported Python: tests/zygote.py)."""
     env = {k: v for k, v in clean_env(HYDRA_FULL_ERROR="0", PYTHONWARNINGS="ignore", PYTHONPATH=str(TESTS)).items()
            if k not in ("RANK",) and not k.startswith("SLURM_")}
     env["PATH"] = f"{scontrol_dir}{os.pathsep}{env['PATH']}"
-    command = [sys.executable, "-m", "lightning_hybrid.cli", *SMALL, *overrides,
-               f"cpu_threads_per_process={threads_per_process(2)}"]
+    argv = ["-m", "lightning_hybrid.cli", *SMALL, *overrides, f"cpu_threads_per_process={threads_per_process(2)}"]
+    logs = [(tmp_path / f"task{task}.out", tmp_path / f"task{task}.err") for task in (0, 1)]
     processes = [
-        subprocess.Popen(command, cwd=tmp_path, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={
+        Zygote.start(argv, {
             **env, "SLURM_NTASKS": "2", "SLURM_NNODES": "1", "SLURM_NTASKS_PER_NODE": "2", "SLURM_PROCID": str(task),
             "SLURM_LOCALID": str(task), "SLURM_NODEID": "0", "SLURM_NODELIST": "127.0.0.1", "SLURM_JOB_ID": "4242",
-            "SLURM_JOB_NAME": "preempted", "MASTER_PORT": str(port)})
+            "SLURM_JOB_NAME": "preempted", "MASTER_PORT": str(port)}, tmp_path, *logs[task])
         for task in (0, 1)
     ]
     done = []
-    for process in processes:
+    for process, (out, err) in zip(processes, logs):
         try:
-            out, err = process.communicate(timeout=180)
+            process.wait(timeout=180)
         except subprocess.TimeoutExpired:
             for other in processes:
                 other.kill()
             pytest.fail("a SLURM task did not end")
-        done.append(subprocess.CompletedProcess(process.args, process.returncode, out, err))
+        done.append(subprocess.CompletedProcess(process.args, process.returncode, out.read_text(), err.read_text()))
     return done
 
 
@@ -311,13 +312,14 @@ def test_ctrl_c_in_a_terminal_stops_ranks_and_servers_that_all_receive_it(tmp_pa
                f"hydra.run.dir={tmp_path / 'run'}", f"cpu_threads_per_process={threads_per_process(2)}",
                *callbacks(tmp_path, "resumed", epoch=1, batch=1, signame="SIGINT", process_group="true")]
     env = clean_env(HYDRA_FULL_ERROR="0", PYTHONWARNINGS="ignore", PYTHONPATH=str(TESTS))
-    process = subprocess.Popen(command, cwd=tmp_path, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               start_new_session=True)  # a process group of its own, as a terminal's job
+    logs = tmp_path / "out.log", tmp_path / "err.log"
+    process = Zygote.start(command[1:], env, tmp_path, *logs, new_session=True)  # a process group of its own, as a terminal's job
     try:
-        out, err = process.communicate(timeout=180)
+        process.wait(timeout=180)
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
+    out, err = (log.read_text() for log in logs)
     assert process.returncode == 130, (out + err)[-4000:]
     assert "stopped by SIGINT in epoch 2" in last_line(subprocess.CompletedProcess(command, 130, out, err))
     assert "Traceback" not in out + err and "KeyboardInterrupt" not in out + err, (out + err)[-4000:]

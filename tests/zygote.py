@@ -9,9 +9,13 @@ environment, working directory and output files, and runs the script as ``python
 what it starts (ranks, the parameter server) are ordinary new processes. Set
 ``LIGHTNING_HYBRID_TESTS_FRESH_PYTHON=1`` to run every script in a new interpreter instead.
 
-Protocol (one run at a time, JSON lines): the client sends ``{"argv", "env", "cwd", "stdout",
-"stderr"}`` (``argv`` as after ``python``: ``["script.py", ...]`` or ``["-m", "module", ...]``; output
-file paths); the zygote answers ``{"pid"}`` when the child runs and ``{"returncode"}`` when it ends.
+Protocol (JSON lines): the client sends ``{"argv", "env", "cwd", "stdout", "stderr"}`` (``argv`` as
+after ``python``: ``["script.py", ...]`` or ``["-m", "module", ...]``; output file paths, or a terminal's
+device), optionally ``"stdin"`` (a path; /dev/null without it) and ``"new_session": true`` (the child
+calls ``setsid()``, as ``subprocess.Popen(start_new_session=True)`` does); the zygote answers
+``{"id", "pid"}`` when the child runs (``id``: the request's, where it has one) and ``{"pid",
+"returncode"}`` when it ends. Several runs may be under
+way at once (the tasks of one job): a request is read while earlier children still run.
 """
 
 from __future__ import annotations
@@ -19,21 +23,33 @@ from __future__ import annotations
 import json
 import os
 import runpy
+import select
 import sys
 import warnings
 
 
 def _run_child(request: dict) -> None:
     """In the forked child: become the requested ``python ...`` run; never returns."""
+    if request.get("new_session"):
+        os.setsid()
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
+    stdin = os.open(request.get("stdin") or os.devnull, os.O_RDONLY | os.O_NOCTTY)
+    os.dup2(stdin, 0)
+    os.close(stdin)
+    opened: dict[str, int] = {}  # one open file for both where they are the same (stderr=STDOUT)
     for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
-        out = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        os.dup2(out, fd)
+        if path not in opened:
+            # a terminal's device (a test's pseudo-terminal) is opened as it is, without becoming the child's
+            # controlling terminal (as Popen passing the terminal's descriptors); a file is truncated
+            flags = os.O_WRONLY | os.O_NOCTTY | (0 if path.startswith("/dev/") else os.O_CREAT | os.O_TRUNC)
+            opened[path] = os.open(path, flags, 0o644)
+        os.dup2(opened[path], fd)
+    for out in opened.values():
         os.close(out)
+    if os.isatty(1):  # as a new interpreter would buffer a terminal's output: line by line
+        sys.stdout.reconfigure(line_buffering=True)
     if "torch.distributed" in sys.modules:  # read when torch was imported: this run's setting instead
         sys.modules["torch.distributed"].set_debug_level_from_env()
     if "ignore" in request["env"].get("PYTHONWARNINGS", "").split(","):
@@ -55,23 +71,41 @@ def _run_child(request: dict) -> None:
 
 
 def serve() -> None:
-    requests = os.fdopen(os.dup(0), "r")
+    requests = os.dup(0)
     replies = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # nothing printed by accident can corrupt the replies
-    for line in requests:
-        request = json.loads(line)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:
-            requests.close()
-            replies.close()
-            _run_child(request)
-        replies.write(json.dumps({"pid": pid}) + "\n")
+
+    def reply(message: dict) -> None:
+        replies.write(json.dumps(message) + "\n")
         replies.flush()
-        _, status = os.waitpid(pid, 0)
-        replies.write(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}) + "\n")
-        replies.flush()
+
+    running: set[int] = set()
+    pending = b""
+    while True:
+        # while children run, wake up often enough to report each one's end within 20 ms
+        ready, _, _ = select.select([requests], [], [], 0.02 if running else None)
+        if ready:
+            data = os.read(requests, 1 << 20)
+            if not data:
+                return  # the pytest worker is gone
+            pending += data
+            while b"\n" in pending:
+                line, pending = pending.split(b"\n", 1)
+                request = json.loads(line)
+                sys.stdout.flush()
+                sys.stderr.flush()
+                pid = os.fork()
+                if pid == 0:
+                    os.close(requests)
+                    replies.close()
+                    _run_child(request)
+                running.add(pid)
+                reply({"id": request.get("id"), "pid": pid})
+        for pid in list(running):
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                running.discard(pid)
+                reply({"pid": pid, "returncode": os.waitstatus_to_exitcode(status)})
 
 
 if __name__ == "__main__":
