@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from lightning_hybrid.models import LeNet5
 from lightning_hybrid.pipeline import Mesh, PipelineParallel
 from lightning_hybrid.pipeline.schedules import SCHEDULES, Action, Kind, check, forward_only, gpipe, one_f_one_b
+from lightning_hybrid.pipeline.stage_executor import StageProfile, describe_stage_times, stage_time_metrics
 
 
 def lists(schedule, stages, micro):
@@ -73,10 +74,12 @@ def _two_stages(rank: int, init_file: str, out: str, schedule: str) -> None:
     x, y = _data()
     loss, output = pipeline.train_step(x, y, F.cross_entropy, schedule=schedule, micro_batches=3)
     grads = {n: p.grad.clone() for n, p in net.named_parameters() if p.grad is not None}
+    profile = pipeline.executor.profile.as_dict()
     predicted = pipeline.forward(x, micro_batches=4)
     pipeline.gather_model()
     torch.save({"loss": loss, "output": output, "grads": grads, "predicted": predicted,
-                "norm": pipeline.clip_grad_norm_(1e9)}, f"{out}/rank{rank}.pt")
+                "norm": pipeline.clip_grad_norm_(1e9), "profile": profile,
+                "profile_after_forward": pipeline.executor.profile.as_dict()}, f"{out}/rank{rank}.pt")
     dist.destroy_process_group()
 
 
@@ -102,6 +105,26 @@ def test_two_stage_pipeline_equals_one_device(tmp_path, schedule):
         torch.testing.assert_close(got[name], p.grad, atol=1e-6, rtol=1e-5, msg=name)
     norm = torch.sqrt(sum(p.grad.pow(2).sum() for p in net.parameters())).item()
     assert results[0]["norm"] == pytest.approx(norm, rel=1e-5) == results[1]["norm"]
+    for r in results:  # where each stage's time went in the training step (evaluation leaves it alone)
+        assert r["profile"]["steps"] == 1 and r["profile"]["compute_s"] > 0 and r["profile"]["wait_s"] > 0, r["profile"]
+        assert r["profile_after_forward"] == r["profile"]
+    metrics = stage_time_metrics([r["profile"] for r in results])
+    assert metrics["pipeline/rank1_compute_ms"] == pytest.approx(1000 * results[1]["profile"]["compute_s"])
+    assert describe_stage_times(metrics).startswith("rank 0: compute ")
+
+
+def test_stage_time_metrics_are_per_step_and_skip_ranks_without_steps():
+    times = [{"compute_s": 3.0, "wait_s": 1.0, "send_s": 0.5, "steps": 10}, None,
+             {"compute_s": 0.0, "wait_s": 0.0, "send_s": 0.0, "steps": 0}]
+    metrics = stage_time_metrics(times)
+    assert metrics == {"pipeline/rank0_compute_ms": 300.0, "pipeline/rank0_wait_ms": 100.0, "pipeline/rank0_send_ms": 50.0}
+    assert describe_stage_times(metrics) == "rank 0: compute 300, wait 100, send 50"
+    profile = StageProfile(compute_s=1.0, steps=2)
+    with profile.timing("wait_s"):
+        pass
+    assert profile.wait_s > 0
+    profile.reset()
+    assert profile.as_dict() == {"compute_s": 0.0, "wait_s": 0.0, "send_s": 0.0, "steps": 0.0}
 
 
 # ---------------------------------------------------------------------- the module protocol

@@ -9,11 +9,19 @@ backpropagates through the stage and, unless it is the first stage, sends its in
 back. Sends never block (they are waited for at the end of the step); receives do. Every message
 goes through :mod:`lightning_hybrid.comm.collectives`, so a stage's tensors may live on a GPU
 under NCCL or be staged through the CPU under gloo (several stages on one GPU).
+
+Each executor keeps a :class:`StageProfile` of where its time went: computing (forwards and
+backwards), waiting for a message from a neighbour (which includes the neighbour's own work: the
+bubble shows here), and finishing its sends. The clocks are the host's: on a GPU, whose kernels run
+asynchronously, compute launched but not finished shows up in the next wait.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, fields
 
 import torch
 import torch.distributed as dist
@@ -31,6 +39,55 @@ def _header(tensor: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"a stage output of {tensor.dim()} dimensions; at most {_HEADER - 2} can travel")
     values = [_DTYPES.index(tensor.dtype), tensor.dim(), *tensor.shape]
     return torch.tensor(values + [0] * (_HEADER - len(values)), dtype=torch.int64)
+
+
+@dataclass
+class StageProfile:
+    """Seconds a stage spent, since its last :meth:`reset`: computing its blocks (forwards and
+    backwards), waiting for a neighbour's message (activations or gradients: the bubble and the
+    transfer), finishing its own sends; and the training steps counted."""
+
+    compute_s: float = 0.0
+    wait_s: float = 0.0
+    send_s: float = 0.0
+    steps: int = 0
+
+    def reset(self) -> None:
+        for f in fields(self):
+            setattr(self, f.name, type(getattr(self, f.name))())
+
+    def as_dict(self) -> dict[str, float]:
+        return {f.name: float(getattr(self, f.name)) for f in fields(self)}
+
+    @contextmanager
+    def timing(self, part: str) -> Iterator[None]:
+        """Add the time spent inside the block to ``part`` (``"compute_s"``, ``"wait_s"``, ``"send_s"``)."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            setattr(self, part, getattr(self, part) + time.perf_counter() - start)
+
+
+def stage_time_metrics(per_rank: Sequence[dict[str, float] | None]) -> dict[str, float]:
+    """Milliseconds a training step of each rank's stage spent computing, waiting and sending
+    (``pipeline/rank<r>_compute_ms`` ...), from each rank's :meth:`StageProfile.as_dict` (None: a
+    rank without a stage, or that took no step)."""
+    metrics = {}
+    for rank, times in enumerate(per_rank):
+        if times and times["steps"]:
+            for part in ("compute", "wait", "send"):
+                metrics[f"pipeline/rank{rank}_{part}_ms"] = 1000 * times[f"{part}_s"] / times["steps"]
+    return metrics
+
+
+def describe_stage_times(metrics: dict[str, float]) -> str:
+    """``rank 0: compute 120, wait 31, send 2; rank 1: ...`` (ms a step) from :func:`stage_time_metrics`."""
+    ranks = sorted({int(key.split("_")[0].removeprefix("pipeline/rank")) for key in metrics})
+    return "; ".join(
+        f"rank {r}: " + ", ".join(f"{part} {metrics[f'pipeline/rank{r}_{part}_ms']:.0f}" for part in ("compute", "wait", "send"))
+        for r in ranks
+    )
 
 
 class StageExecutor:
@@ -51,6 +108,7 @@ class StageExecutor:
         self.module, self.stage, self.stage_ranks = module, stage, list(stage_ranks)
         self.group, self.device = group, device
         self._pending: list[PendingExchange] = []
+        self.profile = StageProfile()
 
     @property
     def first(self) -> bool:
@@ -64,24 +122,28 @@ class StageExecutor:
     def _send(self, tensor: torch.Tensor, stage: int, with_header: bool) -> None:
         tensor = tensor.detach().contiguous()
         sends = ([(_header(tensor), self.stage_ranks[stage])] if with_header else []) + [(tensor, self.stage_ranks[stage])]
-        self._pending.append(start_exchange(sends, [], self.group))
+        with self.profile.timing("send_s"):
+            self._pending.append(start_exchange(sends, [], self.group))
 
     def _receive_activation(self) -> torch.Tensor:
         header = torch.empty(_HEADER, dtype=torch.int64)
-        exchange([], [(header, self.stage_ranks[self.stage - 1])], self.group)
-        code, ndim, *sizes = header.tolist()
-        tensor = torch.empty(sizes[:ndim], dtype=_DTYPES[code], device=self.device)
-        exchange([], [(tensor, self.stage_ranks[self.stage - 1])], self.group)
+        with self.profile.timing("wait_s"):
+            exchange([], [(header, self.stage_ranks[self.stage - 1])], self.group)
+            code, ndim, *sizes = header.tolist()
+            tensor = torch.empty(sizes[:ndim], dtype=_DTYPES[code], device=self.device)
+            exchange([], [(tensor, self.stage_ranks[self.stage - 1])], self.group)
         return tensor
 
     def _receive_gradient(self, like: torch.Tensor) -> torch.Tensor:
         grad = torch.empty_like(like)
-        exchange([], [(grad, self.stage_ranks[self.stage + 1])], self.group)
+        with self.profile.timing("wait_s"):
+            exchange([], [(grad, self.stage_ranks[self.stage + 1])], self.group)
         return grad
 
     def _finish_sends(self) -> None:
-        for pending in self._pending:
-            pending.wait()
+        with self.profile.timing("send_s"):
+            for pending in self._pending:
+                pending.wait()
         self._pending.clear()
 
     # ---------------------------------------------------------------- steps
@@ -89,7 +151,8 @@ class StageExecutor:
         x = micro_inputs[i] if self.first else self._receive_activation()
         if train and not self.first and x.is_floating_point():
             x.requires_grad_(True)
-        y = self.module(x)
+        with self.profile.timing("compute_s"):
+            y = self.module(x)
         if not self.last:
             self._send(y, self.stage + 1, with_header=True)
         return x, y
@@ -113,27 +176,29 @@ class StageExecutor:
                 if action.kind == Kind.FORWARD:
                     x, y = self._forward(micro_inputs, i, train=True)
                     if self.last:
-                        loss = loss_fn(y, micro_targets[i])
+                        with self.profile.timing("compute_s"):
+                            loss = loss_fn(y, micro_targets[i])
                         losses.append(loss.detach())
                         outputs.append(y.detach())
                         y = loss * loss_scale
                     saved[i] = (x, y)
                     continue
                 x, y = saved.pop(i)
-                if self.last:
-                    torch.autograd.backward(y)
-                else:
-                    torch.autograd.backward(y, self._receive_gradient(y))
+                grad = None if self.last else self._receive_gradient(y)
+                with self.profile.timing("compute_s"):
+                    torch.autograd.backward(y, grad)
                 if not self.first:
                     self._send(x.grad if x.grad is not None else torch.zeros_like(x), self.stage - 1, with_header=False)
         finally:
             self._finish_sends()
+        self.profile.steps += 1
         return losses, outputs
 
     @torch.no_grad()
     def forward(self, actions: Sequence[Action], micro_inputs: Sequence[torch.Tensor] | None) -> list[torch.Tensor]:
         """Run forward-only actions; the last stage returns each micro-batch's output."""
         outputs = []
+        training_profile, self.profile = self.profile, StageProfile()  # the profile is training's
         try:
             for action in actions:
                 if action.kind != Kind.FORWARD:
@@ -143,4 +208,5 @@ class StageExecutor:
                     outputs.append(y)
         finally:
             self._finish_sends()
+            self.profile = training_profile
         return outputs

@@ -27,6 +27,7 @@ from lightning_hybrid.devices import Device, PeakMemory, devices_in_flops, free_
 from lightning_hybrid.pipeline import Mesh, PipelineParallel, StageModule, pipeline_blocks, pipeline_inputs, pipeline_loss
 from lightning_hybrid.pipeline.materialize import is_freed
 from lightning_hybrid.pipeline.stage_adoption import meta_outside_blocks
+from lightning_hybrid.pipeline.stage_executor import describe_stage_times, stage_time_metrics
 from lightning_hybrid.placement import Placement
 from lightning_hybrid.placement.figure import format_placement, placement_figure, placement_summary
 from lightning_hybrid.placement.pipeline_options import check_pipeline_options, check_stage_sizes
@@ -434,14 +435,23 @@ class HybridParallelStrategy(StageOnlyState, common.RoutedEvaluation, common.Unw
         self.sync_point()
 
     def after_epoch_sync(self, pl_module: pl.LightningModule) -> None:
-        """Each rank's peak memory beside its stage's estimate (every rank logs every rank's)."""
+        """Each rank's peak memory beside its stage's estimate, and where its stage's time went in
+        the epoch's training steps (every rank logs every rank's)."""
         peak = self._peak.peak() if self._peak is not None else None
         estimate = None
         if self.placement is not None and self.mesh is not None:
             estimate = self.placement.stages[self.mesh.stage_of(self.global_rank)].memory
-        figures = all_gather_object((peak, estimate))
+        profile = self.pipeline.executor.profile if self.pipeline is not None else None
+        figures = all_gather_object((peak, estimate, profile.as_dict() if profile is not None else None))
+        if profile is not None:
+            profile.reset()
+        stage_times = stage_time_metrics([times for _, _, times in figures])
+        for key, value in stage_times.items():
+            pl_module.log(key, value, sync_dist=True)  # the same on every rank
+        if stage_times and self.global_rank == 0:
+            log.info("HybridParallelStrategy time a training step (ms): %s", describe_stage_times(stage_times))
         report = []
-        for rank, (peak, estimate) in enumerate(figures):
+        for rank, (peak, estimate, _) in enumerate(figures):
             if peak is not None:
                 pl_module.log(f"memory/rank{rank}_peak_MiB", peak / 2**20, sync_dist=True)  # the same on every rank
             if estimate is not None and estimate != float("inf"):
