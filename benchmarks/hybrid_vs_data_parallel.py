@@ -4,17 +4,26 @@
 CLI, contenders one after another (never sharing the cores), each scenario's global batch the same:
 
 * ``ddp``: Lightning's DDP, the batch split evenly over the ranks;
+* ``ddp_ckpt``: DDP with every block's activations recomputed in backward (``model.checkpoint_blocks=true``),
+  what a user short of memory tries first;
 * ``balanced``: balanced data parallelism (shares in proportion to the measured speeds);
-* ``hybrid``: the pipeline, one stage per rank, placed by GABRA on the probed speeds.
+* ``hybrid_m<M>``: the pipeline, one stage per rank, placed by GABRA on the probed speeds, the global
+  batch in ``M`` micro-batches (``--micro-batches``: each count a contender, so the best is measured,
+  not guessed; a 1F1B pipeline needs at least as many as its stages).
 
-Scenarios: ``equal`` (2 ranks), ``speeds_1_2`` (2 ranks, rank 0 simulated 2x slower in its compute),
-``speeds_1_1_2_2`` (4 ranks, ranks 0 and 1 2x slower), ``contention`` (2 ranks each pinned to a core,
-one competing process on rank 1's core: real CPU contention, about 2x). Each run trains ``--epochs``
-epochs; the table gives the last epoch's seconds and training samples per second, each contender's speed-up
-over DDP, and each rank's peak memory above its start (``callbacks=[...,peak_memory]``; the hybrid
-strategy logs its own beside its plan's estimate). Every run writes a checkpoint each epoch (Lightning's
-default), so the peaks include it: the hybrid strategy's rank 0 gathers the whole model and optimizer
-state into its memory for it. The budget run writes none: its peaks are training's.
+Scenarios: ``equal`` (2 ranks), ``equal_tcp`` (the same inside a network namespace of its own, unshaped:
+every byte between the ranks crosses TCP with an Ethernet MTU, as between two hosts; needs root),
+``speeds_1_2`` (2 ranks, rank 0 simulated 2x slower in its compute), ``speeds_1_1_2_2`` (4 ranks, ranks 0
+and 1 2x slower), ``contention`` (2 ranks each pinned to a core, one competing process on rank 1's core:
+real CPU contention, about 2x). Each run trains ``--epochs`` epochs; the table gives the last epoch's
+seconds and training samples per second, each contender's speed-up over DDP, for the pipeline the share of
+DDP's throughput its bubble allows (M/(M+S-1): S stages, M micro-batches, each stage as fast as a DDP
+rank), each rank's peak memory above its start (``callbacks=[...,peak_memory]``; the hybrid strategy logs
+its own beside its plan's estimate) and, for the pipeline, where each stage's training step went (ms
+computing / waiting for a neighbour / finishing its sends, the strategy's ``pipeline/rank<r>_*_ms``).
+Every run writes a checkpoint each epoch (Lightning's default), so the peaks include it: the hybrid
+strategy's rank 0 gathers the whole model and optimizer state into its memory for it. The budget run
+writes none: its peaks are training's.
 
 ``--budget MiB`` adds the model that does not fit: every rank may hold that much. The cost model
 (FLOPs and bytes per block on the meta device, :func:`~lightning_hybrid.placement.profile_blocks`)
@@ -23,6 +32,8 @@ activations), and the hybrid pipeline trains on 4 ranks with the budget as each 
 
     python benchmarks/hybrid_vs_data_parallel.py                        # every scenario
     python benchmarks/hybrid_vs_data_parallel.py --scenario speeds_1_2 --epochs 2 --budget 300
+    python benchmarks/hybrid_vs_data_parallel.py --scenario equal --micro-batches 2 4 8
+    python benchmarks/hybrid_vs_data_parallel.py --micro-batch-cost    # a sample's cost per batch size
 """
 
 from __future__ import annotations
@@ -44,34 +55,44 @@ DATA = ["data=adni_synthetic", "data.subjects=64", f"data.view.image_shape=[{SIZ
         f"data.volume_shape=[{SIZE},{SIZE},{SIZE}]", "data.augment.where=null", "model=resattnet3d_18",
         "optimizer=adam_mri", "callbacks=[epoch_timer,peak_memory]", "logger=csv", "trainer.enable_progress_bar=false",
         "trainer.num_sanity_val_steps=0", "trainer.limit_val_batches=0", "trainer.limit_test_batches=0"]
+#: name -> (ranks, overrides, the cores a competing process runs on, inside an unshaped network namespace)
 SCENARIOS = {
-    "equal": (2, [], None),
-    "speeds_1_2": (2, ["sim.slowdown=[2.0,1.0]"], None),
-    "speeds_1_1_2_2": (4, ["sim.slowdown=[2.0,2.0,1.0,1.0]", "allow_cpu_oversubscription=true"], None),
-    "contention": (2, ["sim.affinity=[[0],[1]]"], [1]),
+    "equal": (2, [], None, False),
+    "equal_tcp": (2, [], None, True),
+    "speeds_1_2": (2, ["sim.slowdown=[2.0,1.0]"], None, False),
+    "speeds_1_1_2_2": (4, ["sim.slowdown=[2.0,2.0,1.0,1.0]", "allow_cpu_oversubscription=true"], None, False),
+    "contention": (2, ["sim.affinity=[[0],[1]]"], [1], False),
 }
 
 
-def contenders(ranks: int) -> dict[str, list[str]]:
+def contenders(ranks: int, micro_batches: list[int]) -> dict[str, list[str]]:
     per_rank = f"data.batch_size={BATCH // ranks}"
+    pipelines = {
+        f"hybrid_m{m}": ["strategy=hybrid", f"trainer.devices={ranks}", f"strategy.pipeline_stages={ranks}",
+                         f"data.batch_size={BATCH}", f"strategy.micro_batches={m}", "strategy.optimizer_slots=2",
+                         f"strategy.input_shape=[1,{SIZE},{SIZE},{SIZE}]"]
+        for m in micro_batches if ranks <= m <= BATCH  # 1F1B: at least a micro-batch per stage
+    }
     return {
         "ddp": ["strategy=ddp", f"trainer.devices={ranks}", per_rank],
+        "ddp_ckpt": ["strategy=ddp", f"trainer.devices={ranks}", per_rank, "model.checkpoint_blocks=true"],
         "balanced": ["strategy=balanced", f"trainer.devices={ranks}", per_rank],
-        "hybrid": ["strategy=hybrid", f"trainer.devices={ranks}", f"strategy.pipeline_stages={ranks}",
-                   f"data.batch_size={BATCH}", "strategy.micro_batches=4", "strategy.optimizer_slots=2",
-                   f"strategy.input_shape=[1,{SIZE},{SIZE},{SIZE}]"],
+        **pipelines,
     }
 
 
-def run(name: str, overrides: list[str], run_dir: Path, competitor_cores: list[int] | None) -> dict:
+def run(name: str, overrides: list[str], run_dir: Path, competitor_cores: list[int] | None, tcp: bool = False) -> dict:
     if not (run_dir / "metrics.json").is_file():
         from lightning_hybrid.sim import Competitor
+        from lightning_hybrid.sim.link import ShapedLink
 
-        cmd = [sys.executable, "-m", "lightning_hybrid.cli", *overrides, f"hydra.run.dir={run_dir}"]
+        cmd = [sys.executable, "-m", "lightning_hybrid.cli", *overrides, f"hydra.run.dir={run_dir.resolve()}"]
         print(f"[{name}] {' '.join(cmd[3:])}", file=sys.stderr, flush=True)
         with ExitStack() as stack:
             if competitor_cores:
                 stack.enter_context(Competitor(competitor_cores, 1, duty=1.0))
+            if tcp:
+                cmd = stack.enter_context(ShapedLink(None)).wrap(cmd)
             start = time.perf_counter()
             subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
         (run_dir / "wall_s.txt").write_text(f"{time.perf_counter() - start:.1f}\n")
@@ -80,8 +101,47 @@ def run(name: str, overrides: list[str], run_dir: Path, competitor_cores: list[i
     estimates = [v for k, v in sorted(metrics.items()) if k.startswith("memory/rank") and k.endswith("_estimate_MiB")]
     epoch_s = epoch_times(run_dir)[-1]
     scans = re.search(r"(\d+)/\d+/\d+ scans \(train/val/test\)", (run_dir / "cli.log").read_text())
-    return {"epoch_s": epoch_s, "samples_per_s": int(scans.group(1)) / epoch_s if scans else float("nan"),
-            "peaks": peaks, "estimates": estimates}
+    stages = sorted({int(k.split("_")[0].removeprefix("pipeline/rank")) for k in metrics if k.startswith("pipeline/rank")})
+    stage_ms = [tuple(metrics[f"pipeline/rank{r}_{part}_ms"] for part in ("compute", "wait", "send")) for r in stages]
+    # every contender drops the training set's last partial batch (the ADNI datamodule's drop_last_train; DDP's
+    # per-rank batches of the padded split): the samples trained an epoch are whole global batches
+    trained = int(scans.group(1)) // BATCH * BATCH if scans else float("nan")
+    return {"epoch_s": epoch_s, "samples_per_s": trained / epoch_s,
+            "peaks": peaks, "estimates": estimates, "stage_ms": stage_ms}
+
+
+def bubble_share(name: str, ranks: int) -> float | None:
+    """The share of DDP's throughput a pipeline of ``ranks`` equal stages and M micro-batches allows: M/(M+S-1)."""
+    if not name.startswith("hybrid_m"):
+        return None
+    m = int(name.removeprefix("hybrid_m"))
+    return m / (m + ranks - 1)
+
+
+def micro_batch_cost(batches: tuple[int, ...] = (1, 2, 4, 8), repeats: int = 3) -> str:
+    """ResAttNet-18's forward and backward at 48^3 on one thread (a rank's share of these cores), per batch
+    size: the cost of a sample as micro-batches shrink (the bubble bound assumes it does not change)."""
+    import torch
+
+    from lightning_hybrid.models import ResAttNet3D
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    net = ResAttNet3D(depth=18)
+    step = {}
+    for b in batches:
+        x = torch.randn(b, 1, SIZE, SIZE, SIZE)
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            net(x).sum().backward()
+            times.append(time.perf_counter() - start)
+        step[b] = min(times)
+    reference = step[4] / 4 if 4 in step else None
+    rows = ["| batch | ms a step | ms a sample | a sample vs at batch 4 |", "|---|---|---|---|"]
+    rows += [f"| {b} | {1000 * t:.0f} | {1000 * t / b:.0f} | {f'{t / b / reference:.2f}x' if reference else ''} |"
+             for b, t in step.items()]
+    return "\n".join(rows)
 
 
 def budget_check(budget_mib: float) -> str:
@@ -103,32 +163,42 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scenario", action="append", choices=list(SCENARIOS), help="repeatable; default: all")
     parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--micro-batches", type=int, nargs="+", default=[4, 8], help="the pipeline's micro-batch counts")
+    parser.add_argument("--contenders", nargs="+", default=None, help="only these (ddp always runs: the reference)")
+    parser.add_argument("--micro-batch-cost", action="store_true", help="only the cost of a sample per batch size")
     parser.add_argument("--budget", type=float, default=None, help="MiB a rank may hold: the model that does not fit")
     parser.add_argument("--workdir", type=Path, default=Path("benchmarks/results/hybrid_vs_data_parallel_runs"))
     args = parser.parse_args()
+    if args.micro_batch_cost:
+        print(micro_batch_cost())
+        return
     DATA.append(f"data.root={args.workdir / 'data'}")  # written once, for these settings
-    rows = ["| scenario | contender | s/epoch | samples/s | vs DDP | peak MiB per rank (plan's estimate) |",
-            "|---|---|---|---|---|---|"]
+    rows = ["| scenario | contender | s/epoch | samples/s | vs DDP | bubble allows | peak MiB per rank (plan's estimate) "
+            "| ms a step per stage: compute / wait / send |", "|---|---|---|---|---|---|---|---|"]
     for scenario in args.scenario or list(SCENARIOS):
-        ranks, sim, competitor = SCENARIOS[scenario]
+        ranks, sim, competitor, tcp = SCENARIOS[scenario]
         results = {}
-        for name, overrides in contenders(ranks).items():
+        for name, overrides in contenders(ranks, args.micro_batches).items():
+            if args.contenders and name != "ddp" and name not in args.contenders:
+                continue
             results[name] = run(f"{scenario}/{name}", [*DATA, *sim, *overrides, f"trainer.max_epochs={args.epochs}"],
-                                args.workdir / scenario / name, competitor)
+                                args.workdir / scenario / name, competitor, tcp)
         for name, r in results.items():
             memory = ", ".join(f"{p:.0f}" + (f" ({r['estimates'][i]:.0f})" if i < len(r["estimates"]) else "")
                                for i, p in enumerate(r["peaks"]))
+            share = bubble_share(name, ranks)
+            stages = "; ".join(f"{c:.0f} / {w:.0f} / {s:.0f}" for c, w, s in r["stage_ms"])
             rows.append(f"| {scenario} | {name} | {r['epoch_s']:.1f} | {r['samples_per_s']:.2f} | "
-                        f"{results['ddp']['epoch_s'] / r['epoch_s']:.2f}x | {memory} |")
+                        f"{results['ddp']['epoch_s'] / r['epoch_s']:.2f}x | {f'{share:.2f}x' if share else ''} | {memory} | {stages} |")
         print("\n".join(rows[-len(results):]), flush=True)
     if args.budget is not None:
         print(budget_check(args.budget))
         device = f"{{speed:1.0,memory:{args.budget:.0f}MiB}}"
-        r = run("budget/hybrid", [*DATA, *contenders(4)["hybrid"], f"strategy.devices=[{','.join([device] * 4)}]",
+        r = run("budget/hybrid", [*DATA, *contenders(4, [4])["hybrid_m4"], f"strategy.devices=[{','.join([device] * 4)}]",
                                   "allow_cpu_oversubscription=true", "+trainer.enable_checkpointing=false",
                                   f"trainer.max_epochs={args.epochs}"], args.workdir / "budget" / "hybrid", None)
         rows.append(f"| budget {args.budget:.0f} MiB, 4 ranks | hybrid | {r['epoch_s']:.1f} | {r['samples_per_s']:.2f} | "
-                    f"DDP refused | {', '.join(f'{p:.0f} ({e:.0f})' for p, e in zip(r['peaks'], r['estimates']))} |")
+                    f"DDP refused | | {', '.join(f'{p:.0f} ({e:.0f})' for p, e in zip(r['peaks'], r['estimates']))} | |")
     print("\n" + "\n".join(rows))
 
 

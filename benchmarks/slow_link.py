@@ -28,7 +28,9 @@ the samples a run needs to reach the target do not depend on the source:
 
 ``--pipeline``: the hybrid pipeline (2 stages) against DDP and balanced data parallelism for
 ResAttNet-18 on 48^3 volumes (synthetic, the ADNI-like cohort's view), under the same sources: time per
-training sample and bytes per sample (throughput only: the pipeline's updates equal DDP's).
+training sample and bytes per sample (throughput only: the pipeline's updates equal DDP's). Every contender
+takes the same global batch, ``--pipeline-batch`` a rank (the pipeline the whole of it, in
+``--pipeline-micro-batches``).
 
     python benchmarks/slow_link.py --data-root ../shared/data/mnist --model lenet5 --target 0.98 \\
         --sources unshaped 100mbit lat50ms lat200ms stragglers --lrs 0.01 0.02 0.05 --sweep-seeds 0 1 2 --seeds 0 1 2
@@ -46,7 +48,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -149,13 +150,13 @@ def throughput(args, name: str, lr: float, source: str, table: dict) -> dict:
     batches = max(args.throughput_batches, 2 * rounds[0] if rounds else 0)
     rate, simulated = SOURCES[source]
     with ShapedLink(rate) as link:
-        run = cli([*(base(args) if table is CONTENDERS else pipeline_base(args)), *overrides, *simulated,
+        run = cli([*(base(args) if table is CONTENDERS else pipeline_base(args, name)), *overrides, *simulated,
                    f"optimizer.lr={lr}", "trainer.max_epochs=1", f"trainer.limit_train_batches={batches}",
                    "trainer.limit_val_batches=0", "test=false", "callbacks=[epoch_timer]"],
                   args.out / "runs" / f"{args.model}_{name}_{source}_tp", link=link)
     seconds = next(float(r["time/epoch_s"]) for r in run["rows"] if r.get("time/epoch_s"))
     batch = args.pipeline_batch if table is PIPELINE else BATCH
-    samples = batches * batch * (1 if name == "hybrid_2stages" else RANKS)
+    samples = batches * batch * RANKS  # the pipeline's batch is the global one (pipeline_base)
     return {"name": name, "link": source, "samples_per_s": samples / seconds, "bytes_per_sample": run["bytes"] / samples,
             "batches": batches}
 
@@ -176,10 +177,14 @@ def marginal_bytes(args, name: str, lr: float, rate: str) -> dict:
     return {"name": name, "link": rate, "bytes_per_sample": (measured[1] - measured[0]) / (2 * n * BATCH * RANKS)}
 
 
-def pipeline_base(args) -> list[str]:
+def pipeline_base(args, name: str) -> list[str]:
+    """The pipeline table's settings: the same global batch for every contender (a data-parallel rank
+    takes ``--pipeline-batch``, the pipeline the ranks' sum in ``--pipeline-micro-batches``)."""
+    pipeline = name == "hybrid_2stages"
+    batch = [f"data.batch_size={args.pipeline_batch * RANKS}", f"strategy.micro_batches={args.pipeline_micro_batches}"] \
+        if pipeline else [f"data.batch_size={args.pipeline_batch}"]
     return ["model=resattnet3d_18", "data=adni_synthetic", "data.subjects=40", "data.volume_shape=[48,48,48]",
-            "data.view.image_shape=[48,48,48]", f"data.batch_size={args.pipeline_batch}", "data.cache.dir=null",
-            "trainer.devices=2", "optimizer=adam_mri"]
+            "data.view.image_shape=[48,48,48]", *batch, "data.cache.dir=null", "trainer.devices=2", "optimizer=adam_mri"]
 
 
 def median(values: list[float]) -> float:
@@ -206,7 +211,10 @@ def main(argv: list[str] | None = None) -> None:
                         choices=list(SOURCES), help="where the time between the ranks goes (SOURCES)")
     parser.add_argument("--throughput-batches", type=int, default=100)
     parser.add_argument("--pipeline", action="store_true", help="the pipeline's table (ResAttNet-18, 48^3) instead")
-    parser.add_argument("--pipeline-batch", type=int, default=4)
+    parser.add_argument("--pipeline-batch", type=int, default=4, help="a data-parallel rank's batch (the pipeline: "
+                        "the global batch, this times the ranks)")
+    parser.add_argument("--pipeline-micro-batches", type=int, default=2, help="the measured best of 2, 4, 8 on 2 equal "
+                        "ranks (benchmarks/hybrid_vs_data_parallel.py)")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -249,8 +257,11 @@ def main(argv: list[str] | None = None) -> None:
         if reason:
             raise SystemExit(f"no shaped links here: {reason}")
         table = PIPELINE if args.pipeline else CONTENDERS
-        names = list(PIPELINE) if args.pipeline else [n for n in args.contenders if n not in SAME_TRAFFIC]
-        names += [SAME_TRAFFIC[n] for n in args.contenders if n in SAME_TRAFFIC and SAME_TRAFFIC[n] not in names]
+        if args.pipeline:
+            names = list(PIPELINE)
+        else:
+            names = [n for n in args.contenders if n not in SAME_TRAFFIC]
+            names += [SAME_TRAFFIC[n] for n in args.contenders if n in SAME_TRAFFIC and SAME_TRAFFIC[n] not in names]
         for source in args.sources:
             for name in names:
                 if any(r["name"] == name and r["link"] == source for r in results["throughput"]):
@@ -349,7 +360,8 @@ def accuracy_report(args, results: dict, best_lr) -> str:
 
 def pipeline_report(args, results: dict) -> str:
     lines = ["Pipeline against data parallelism: ResAttNet-18 on 48^3 volumes, 2 ranks, "
-             f"batch {args.pipeline_batch} per rank (the pipeline: 2 stages, the batch in micro-batches): "
+             f"global batch {args.pipeline_batch * RANKS} ({args.pipeline_batch} a data-parallel rank; the pipeline: "
+             f"2 stages, the batch in {args.pipeline_micro_batches} micro-batches): "
              "training time per sample (ms) inside each link, and against DDP's under the same link.", "",
              "| contender | " + " | ".join(f"{link}: ms/sample (x DDP)" for link in args.sources) + " |",
              "|---|" + "---|" * len(args.sources)]

@@ -163,6 +163,7 @@ MODNN = "recipes/mao2017_modnn/README.md"
 GRID, RERUN = "LeNet-5, 98 %:", "Its summary ("
 LINK, LINK_SAMPLES = "Time to 98 % under each source:", "Samples to 98 %:"
 HYBRID_TABLE, PLACEMENT = "### Against what you would pick instead", "## `hybrid_placement.py`"
+HYBRID_LINK = "| contender | unshaped | 1 Gbit/s"
 WHOLE_BRAIN = "At 2 mm (80 x 104 x 88):"
 LATENCY = "| contender | latency ms"
 
@@ -320,19 +321,26 @@ FIGURES = [
         Quote(HYBRID, rf"the 2-stage pipeline's largest rank\s+peaks at {F} a DDP rank's"),
         Quote(INDEX, rf"largest rank\s+peaks at {F} a DDP rank's"), Quote(ADNI, rf"largest rank\s+peaks at {F} a DDP rank's"))),
     # The hybrid page's table against DDP and balanced (docs/strategies/hybrid.md).
-    Figure("hybrid, 4 ranks of two speeds", hybrid(r"speeds \[1, 1, 2, 2\]", "hybrid"), (
-        *in_table("HybridParallelStrategy", rf"speeds \[1, 1, 2, 2\] {F} DDP"),
+    Figure("hybrid, 4 ranks of two speeds", hybrid(r"speeds \[1, 1, 2, 2\]", "hybrid_m4"), (
+        *in_table("HybridParallelStrategy", rf"{F} on 4 ranks of speeds \[1, 1, 2, 2\]"),
         Quote(INDEX, rf"it beat `balanced`\s+\({F} against"),
-        Quote(HYBRID, rf"\[1, 1, 2, 2\] \({F} DDP, balanced"), Quote(BENCH, rf"ranks of two speeds \({F};"))),
+        Quote(HYBRID, rf"\[1, 1, 2, 2\] neither beat DDP \(the pipeline {F}, balanced"),
+        Quote(BENCH, rf"\(the pipeline {F}; balanced"))),
     Figure("balanced, 4 ranks of two speeds", hybrid(r"speeds \[1, 1, 2, 2\]", "balanced"), (
-        Quote(INDEX, rf"it beat `balanced`\s+\(\S+ against {F};"), Quote(HYBRID, rf"DDP, balanced {F}\)"),
-        Quote(BENCH, rf"\(\S+; balanced {F}\)"))),
-    Figure("hybrid, 2 ranks", hybrid(TWO_RANKS, "hybrid"), (
-        *in_table("HybridParallelStrategy", rf"on 2 ranks {F}"), Quote(INDEX, rf"DDP against {F}\)"),
-        Quote(HYBRID, rf"against the pipeline's {F}\)"), Quote(BENCH, rf"the pipeline {F}\)"))),
+        Quote(INDEX, rf"it beat `balanced`\s+\(\S+ against {F}\)"), Quote(HYBRID, rf"\(the pipeline \S+, balanced\s+{F}\)"),
+        Quote(BENCH, rf"\(the pipeline \S+; balanced {F}\)"))),
+    Figure("hybrid, 2 ranks", hybrid(TWO_RANKS, "hybrid_m2"), (
+        *in_table("HybridParallelStrategy", rf"{F} on 2 ranks \(balanced"), Quote(INDEX, rf"DDP against {F}\)"),
+        Quote(HYBRID, rf"against the\s+pipeline's {F}\)"), Quote(BENCH, rf"the pipeline {F}\), and"))),
     Figure("balanced, 2 ranks", hybrid(TWO_RANKS, "balanced"), (
         *in_table("HybridParallelStrategy", rf"\(balanced: {F}\)"), Quote(INDEX, rf"`balanced` beat it \({F} DDP"),
-        Quote(HYBRID, rf"with 2 ranks \({F} DDP"), Quote(BENCH, rf"wins on 2 ranks \({F} DDP"))),
+        Quote(HYBRID, rf"with 2 ranks \({F} DDP"), Quote(BENCH, rf"wins on 2 ranks \({F} DDP"),
+        Quote(HYBRID, rf"of two speeds or contended \({F}\)"))),
+    # The hybrid page's slow-link table (slow_link.py --pipeline): the pipeline between hosts at 1 Gbit/s.
+    Figure("hybrid, 1 Gbit/s link", Cells(HYBRID, HYBRID_LINK, ("hybrid, 2 stages",), ("1 Gbit/s",)), (
+        *in_table("HybridParallelStrategy", rf"between hosts at 1 Gbit/s {F} DDP"),
+        Quote(INDEX, rf"beat DDP {F} at 1 Gbit/s"), Quote(HYBRID, rf"the fastest: {F} DDP at 1 Gbit/s"),
+        Quote(HYBRID, rf"at 1 Gbit/s the pipeline trains {F} faster"))),
     # Placement (benchmarks/README.md, hybrid_placement.py): GABRA against the uniform split and balance by time.
     Figure("GABRA over uniform, small input", Cells(BENCH, PLACEMENT, (r"base 32, 32\^3", "gabra"), ("vs uniform",)), (
         Quote(ADNI, rf"trains {F} faster than the uniform placement \(small input\)"),)),
@@ -385,7 +393,7 @@ def regions() -> dict[str, list[tuple[int, int]]]:
         return [(m.start(), m.end()) for m in re.finditer(r"^\| (\[`|Lightning).*$", read(page), re.MULTILINE)]
 
     found = {README: strategy_rows(README), SNIPPET: [whole(SNIPPET)], INDEX: [whole(INDEX)], RECIPES: [whole(RECIPES)],
-             BENCH: [paragraph(BENCH, "The table of 2026-11-26 and what it means are on the hybrid"),
+             BENCH: [paragraph(BENCH, "Each pipeline runs at 2, 4 and 8 micro-batches"),
                      paragraph(BENCH, "VGG-16 (random weights), one image per batch")]}
     for page in sorted((ROOT / "docs" / "strategies").glob("*.md")):
         name = str(page.relative_to(ROOT))

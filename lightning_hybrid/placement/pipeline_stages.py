@@ -38,7 +38,8 @@ def plan_stages(
     blocks and so needs them materialised); ``method`` a placement method's name, or the stage sizes in
     blocks; ``in_flight`` the micro-batches whose activations a stage holds at once; ``checkpointed``
     whether the stages recompute their blocks' activations in backward (only the blocks' inputs held). A placement that
-    fits no device's memory is refused with the memory table of blocks and devices.
+    fits no device's memory is refused with the memory table of blocks and devices. With ``method="time"``, an
+    ``example`` on the meta device (a shape given before any batch: ``input_shape``) is timed on values made for it.
     """
     named = list(container.named_children())
     timed = method == "time"
@@ -52,6 +53,10 @@ def plan_stages(
         micro_batch = len(example)
         if not timed:  # shapes only; at least 2 samples (BatchNorm in training mode refuses one per channel), scaled back
             example = torch.empty(max(len(example), 2), *example.shape[1:], dtype=example.dtype, device="meta")
+        elif example.is_meta:  # a shape given before any batch (input_shape): real values to time the blocks on
+            device = next((t.device for _, b in named for t in b.parameters()), torch.device("cpu"))
+            example = torch.randn(example.shape, device=device).to(example.dtype) if example.is_floating_point() \
+                else torch.zeros(example.shape, dtype=example.dtype, device=device)
         else:
             example = example.clone()
         for _, block in pairs:
