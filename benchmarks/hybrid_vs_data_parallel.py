@@ -33,7 +33,7 @@ activations), and the hybrid pipeline trains on 4 ranks with the budget as each 
     python benchmarks/hybrid_vs_data_parallel.py                        # every scenario
     python benchmarks/hybrid_vs_data_parallel.py --scenario speeds_1_2 --epochs 2 --budget 300
     python benchmarks/hybrid_vs_data_parallel.py --scenario equal --micro-batches 2 4 8
-    python benchmarks/hybrid_vs_data_parallel.py --micro-batch-cost    # a sample's cost per batch size
+    python benchmarks/hybrid_vs_data_parallel.py --micro-batch-cost    # a sample's cost per batch size, a block's FLOP/s
 """
 
 from __future__ import annotations
@@ -144,6 +144,23 @@ def micro_batch_cost(batches: tuple[int, ...] = (1, 2, 4, 8), repeats: int = 3) 
     return "\n".join(rows)
 
 
+def block_rates(batch: int = 2) -> str:
+    """Each block of ResAttNet-18 at 48^3 timed on one thread (a micro-batch of ``batch``) beside its counted
+    FLOPs: the FLOP/s it runs at, which a placement by FLOPs takes to be the same for every block."""
+    import torch
+
+    from lightning_hybrid.models import ResAttNet3D
+    from lightning_hybrid.placement import profile_blocks
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    blocks = profile_blocks(ResAttNet3D(depth=18), torch.randn(batch, 1, SIZE, SIZE, SIZE), measure_time=True, repeats=2)
+    rows = ["| block | GFLOP | ms | GFLOP/s | parameters (M) |", "|---|---|---|---|---|"]
+    rows += [f"| {b.name} | {b.cost / 1e9:.2f} | {1000 * b.time:.1f} | {b.cost / b.time / 1e9:.1f} | {b.params / 1e6:.2f} |"
+             for b in blocks]
+    return "\n".join(rows)
+
+
 def budget_check(budget_mib: float) -> str:
     """DDP's need per rank from the cost model, against the budget."""
     import torch
@@ -165,12 +182,15 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--micro-batches", type=int, nargs="+", default=[4, 8], help="the pipeline's micro-batch counts")
     parser.add_argument("--contenders", nargs="+", default=None, help="only these (ddp always runs: the reference)")
-    parser.add_argument("--micro-batch-cost", action="store_true", help="only the cost of a sample per batch size")
+    parser.add_argument("--micro-batch-cost", action="store_true", help="only the cost of a sample per batch size, "
+                        "and each block's FLOP/s")
     parser.add_argument("--budget", type=float, default=None, help="MiB a rank may hold: the model that does not fit")
     parser.add_argument("--workdir", type=Path, default=Path("benchmarks/results/hybrid_vs_data_parallel_runs"))
     args = parser.parse_args()
     if args.micro_batch_cost:
         print(micro_batch_cost())
+        print()
+        print(block_rates())
         return
     DATA.append(f"data.root={args.workdir / 'data'}")  # written once, for these settings
     rows = ["| scenario | contender | s/epoch | samples/s | vs DDP | bubble allows | peak MiB per rank (plan's estimate) "
