@@ -183,7 +183,7 @@ def run_config(run_dir: Path) -> Any:
     """A run's composed config, its paths resolvable outside Hydra (the run's working directory and folder)."""
     from omegaconf import OmegaConf, open_dict
 
-    from lightning_hybrid.data.adni_settings import FLAT_NAMES, regroup
+    from lightning_hybrid.data.adni_settings import FLAT_NAMES, group_flat_arguments
 
     cfg = OmegaConf.load(run_dir / ".hydra" / "config.yaml")
     hydra_file = run_dir / ".hydra" / "hydra.yaml"
@@ -194,7 +194,7 @@ def run_config(run_dir: Path) -> Any:
             cfg.paths.output_dir = str(run_dir)
         flat = [name for name in FLAT_NAMES if name in cfg.data and not OmegaConf.is_dict(cfg.data[name])]
         if flat and str(cfg.data.get("_target_", "")).endswith("ADNIDataModule"):  # a run from before the grouping
-            cfg.data = OmegaConf.create(regroup(OmegaConf.to_container(cfg.data)))
+            cfg.data = OmegaConf.create(group_flat_arguments(OmegaConf.to_container(cfg.data)))
         if OmegaConf.select(cfg, "data.cache.dir") is not None:  # only the preprocessing is used here
             cfg.data.cache.where, cfg.data.cache.dir = None, None
     return cfg

@@ -10,7 +10,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from lightning_hybrid.data import ADNIDataModule
-from lightning_hybrid.data.adni_settings import Augment, Cache, Source, Split, View, regroup, settings
+from lightning_hybrid.data.adni_settings import Augment, Cache, Source, Split, View, group_flat_arguments, settings
 
 # data=adni_caps as its config was before the grouping (resolved values of a run's .hydra/config.yaml)
 FLAT_ADNI_CAPS = {
@@ -88,7 +88,7 @@ def test_both_augmentation_paths_draw_from_the_groups_probabilities():
 
 
 def test_an_older_runs_flat_config_reads_as_the_grouped_one():
-    grouped = regroup(FLAT_ADNI_CAPS)
+    grouped = group_flat_arguments(FLAT_ADNI_CAPS)
     assert settings(Source, grouped["source"]) == Source(caps_directory="data/adni_like/caps",
                                                        tsv_path="data/adni_like/split")
     assert settings(Split, grouped["split"]) == Split(fold=3, valid_longitudinal=True)  # ClinicaDL's split, not fold
@@ -99,14 +99,14 @@ def test_an_older_runs_flat_config_reads_as_the_grouped_one():
         "task": "pMCI_vs_sMCI", "batch_size": 6, "num_workers": "auto"}
     arguments = set(inspect.signature(ADNIDataModule.__init__).parameters)
     assert set(grouped) - {"_target_"} <= arguments, set(grouped) - arguments  # instantiable: nothing left over
-    csv = regroup({**FLAT_ADNI_CAPS, "caps_directory": None, "tsv_path": None, "csv_path": "a.csv", "folds": 5,
+    csv = group_flat_arguments({**FLAT_ADNI_CAPS, "caps_directory": None, "tsv_path": None, "csv_path": "a.csv", "folds": 5,
                    "fold": 2, "augment": False})
     assert csv["source"] == {"csv_path": "a.csv", "root": None, "on_bad_file": "error", "use_uncropped_image": False}
     assert csv["split"]["fold"] == 2 and csv["split"]["folds"] == 5 and csv["augment"] == {"where": None}
-    synthetic = regroup({"_target_": "lightning_hybrid.data.SyntheticADNIDataModule", "csv_path": None,
+    synthetic = group_flat_arguments({"_target_": "lightning_hybrid.data.SyntheticADNIDataModule", "csv_path": None,
                          "root": "data/adni_synthetic", "subjects": 40, "image_shape": [64, 64, 64]})
     assert synthetic["root"] == "data/adni_synthetic" and "source" not in synthetic  # its own folder, not the CSV's
-    assert regroup(grouped) == grouped  # grouped already: kept
+    assert group_flat_arguments(grouped) == grouped  # grouped already: kept
 
 
 def test_explain_reads_a_run_folder_written_before_the_grouping(tmp_path):

@@ -9,7 +9,7 @@ import torch
 
 from lightning_hybrid.data.shapes import batch_size_of, sample_shape
 from lightning_hybrid.devices import parse_size
-from lightning_hybrid.pipeline.protocol import pipeline_blocks
+from lightning_hybrid.pipeline.module_contract import pipeline_blocks
 from lightning_hybrid.placement.memory import MiB, TrainingMemory, optimizer_slots, training_memory
 from lightning_hybrid.strategies.capabilities import capabilities_of
 

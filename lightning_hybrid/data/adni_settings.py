@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 #: Where preprocessed volumes are held (:attr:`Cache.where`).
 CACHES = ("auto", "device", "memory", "disk", None)
 #: Where the training augmentation runs (:attr:`Augment.where`); None: no augmentation.
-AUGMENT_ON = ("device", "workers", None)
+AUGMENT_WHERE = ("device", "workers", None)
 #: Part of the disk cache's keys: raise it when :meth:`View.transform` changes.
 PREPROCESSING_VERSION = 2
 
@@ -225,8 +225,8 @@ class Augment:
 
     def __post_init__(self) -> None:
         where = {False: None, True: "device"}[self.where] if isinstance(self.where, bool) else self.where
-        if where not in AUGMENT_ON:
-            raise ValueError(f"augment.where must be one of {', '.join(map(repr, AUGMENT_ON))} (false: none), "
+        if where not in AUGMENT_WHERE:
+            raise ValueError(f"augment.where must be one of {', '.join(map(repr, AUGMENT_WHERE))} (false: none), "
                              f"got {self.where!r}")
         _set(self, "where", where)
 
@@ -327,7 +327,7 @@ def moved_keywords(given: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def regroup(flat: Mapping[str, Any]) -> dict[str, Any]:
+def group_flat_arguments(flat: Mapping[str, Any]) -> dict[str, Any]:
     """The datamodule's arguments as written before they were grouped (an older run's saved config) in groups;
     arguments already grouped, and the plain ones (task, batch size, loader), are kept as they are.
 

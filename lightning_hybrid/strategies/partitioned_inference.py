@@ -23,7 +23,7 @@ from lightning_hybrid.devices import REFERENCE_ABILITY_FLOPS, macs_per_unit, pos
 from lightning_hybrid.partition.spatial_executor import DistributedExecutor, LayerTraffic
 from lightning_hybrid.partition.network import FC_PARTITIONS, PartitionPlan, plan_partition
 from lightning_hybrid.partition.spatial import CONV_PARTITIONS, SPATIAL_LAYERS, PartitionError
-from lightning_hybrid.pipeline.protocol import pipeline_blocks
+from lightning_hybrid.pipeline.module_contract import pipeline_blocks
 from lightning_hybrid.strategies.common import RoutedEvaluation, UnwrappedDDPStrategy
 
 log = logging.getLogger(__name__)

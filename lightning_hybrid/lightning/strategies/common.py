@@ -19,7 +19,7 @@ from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
 from lightning_hybrid.comm.collectives import ddp_group, workers_backend
-from lightning_hybrid.pipeline.protocol import pipeline_blocks
+from lightning_hybrid.pipeline.module_contract import pipeline_blocks
 from lightning_hybrid.strategies.capabilities import Capabilities
 from lightning_hybrid.lightning.strategies.checkpoint_io import AtomicCheckpointIO
 from lightning_hybrid.strategies.forked_ranks import fork_ranks

@@ -42,7 +42,7 @@ class HybridParallelStrategy(StageOnlyState, common.RoutedEvaluation, common.Unw
     """Pipeline parallelism x data parallelism, with the stages placed on devices by GABRA (or another method).
 
     The LightningModule's block sequence (``pipeline_blocks()``, see
-    :mod:`lightning_hybrid.pipeline.protocol`) is cut into ``pipeline_stages`` contiguous stages placed on
+    :mod:`lightning_hybrid.pipeline.module_contract`) is cut into ``pipeline_stages`` contiguous stages placed on
     devices by :func:`lightning_hybrid.placement.plan`; each batch runs through the stages in
     ``micro_batches`` by a 1F1B or GPipe schedule, and ``data_parallel`` replicas of the pipeline average
     their gradients. Each rank holds only its stage (a model built in ``configure_model()`` is never whole

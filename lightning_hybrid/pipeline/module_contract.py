@@ -35,7 +35,7 @@ through the pipeline and returns the last stage's output on every rank.
 :class:`~lightning_hybrid.ClassifierModule` implements all four for any ``nn.Sequential`` network
 (LeNet-5, MLP, 3D-ResAttNet).
 
-A plain LightningModule works without the protocol when its model is an ``nn.Sequential`` holding
+A plain LightningModule works without implementing this contract when its model is an ``nn.Sequential`` holding
 all of its parameters (``self.model = nn.Sequential(...)``, called by ``forward``): that is its block
 sequence (:func:`pipeline_blocks`); for training, its loss is an ``nn.Module`` attribute named
 ``loss_fn``, ``criterion`` or ``loss`` (:func:`pipeline_loss`). Inference (partitioned or through the
@@ -77,7 +77,7 @@ def pipeline_blocks(module: Any) -> nn.Sequential:
                 f"{name} has no pipeline_blocks() and no nn.Sequential holding all of its parameters, so it cannot be "
                 "split into blocks: implement pipeline_blocks() (returning the model as an nn.Sequential of blocks, "
                 "called by forward), or keep the model in one nn.Sequential attribute; see "
-                "lightning_hybrid.pipeline.protocol"
+                "lightning_hybrid.pipeline.module_contract"
             )
         return found
     blocks = module.pipeline_blocks()
