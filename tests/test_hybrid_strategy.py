@@ -279,6 +279,16 @@ def test_stage_module_slowdown_stretches_forward_and_backward():
     # forward and backward each sleep twice what they measured: 3x the compute in all
     assert 1.3 < slow.slept_s / (elapsed - slow.slept_s) <= 2.0 + 1e-6, (slow.slept_s, elapsed)
     torch.testing.assert_close(slow(x), plain(x))
+    # as the first stage (its input needs no gradient) it computes none: the first block gets no input gradient
+    seen = []
+    blocks[0][1].register_full_backward_hook(lambda module, grad_input, grad_output: seen.append(grad_input[0]))
+    slow(x).sum().backward()
+    assert seen == [None]
+    # a later stage's input needs its gradient, and gets it, stretched as well
+    later = x.detach().requires_grad_(True)
+    slow._clock.slept = 0.0
+    slow(later).sum().backward()
+    assert later.grad is not None and seen[-1] is not None and slow.slept_s > 0
 
 def test_given_speeds_are_relative_to_the_probed_flops():
     strategy = HybridParallelStrategy(devices=[1.0, {"speed": 2.0, "bandwidth": "10MB/s"}])

@@ -16,6 +16,7 @@ class _Clock:
     def __init__(self) -> None:
         self.backward_start = 0.0
         self.slept = 0.0
+        self.awaiting_first_parameter = False  # a first stage's backward ends at its first parameter's gradient
 
 
 class _BackwardStarts(torch.autograd.Function):
@@ -52,7 +53,8 @@ class StageModule(nn.Module):
 
     ``slowdown > 1`` makes this stage's forward and backward last ``slowdown`` times as long as
     measured (a sleep after each), so that a CPU rank behaves like a slower device; time spent
-    waiting for other stages is not stretched, as it is not inside the stage's computation.
+    waiting for other stages is not stretched, as it is not inside the stage's computation. The first
+    stage computes no gradient of its input for it (its backward's end is its first parameter's).
     ``checkpointed``: each block recomputes its activations in backward (:func:`run_blocks`).
 
     Example::
@@ -77,6 +79,16 @@ class StageModule(nn.Module):
         self.slowdown = float(slowdown)
         self.checkpointed = checkpointed
         self._clock = _Clock()
+        self._first = next(self.blocks.parameters(), None) if self.slowdown > 1.0 else None
+        if self._first is not None:
+            self._first.register_post_accumulate_grad_hook(self._first_parameter_done)
+
+    def _first_parameter_done(self, _: torch.Tensor) -> None:
+        """A first stage's backward ends where its first parameter's gradient is accumulated (its input
+        needs none): stretch it there."""
+        if self._clock.awaiting_first_parameter:
+            self._clock.awaiting_first_parameter = False
+            self._clock.slept += stretch(time.perf_counter() - self._clock.backward_start, self.slowdown)
 
     @property
     def slept_s(self) -> float:
@@ -87,9 +99,14 @@ class StageModule(nn.Module):
             return run_blocks(self.blocks, x, self.checkpointed)
         training = torch.is_grad_enabled()
         if training and x.is_floating_point():
-            if not x.requires_grad:  # the first stage: give backward an end to time
-                x = x.detach().requires_grad_(True)
-            x = _BackwardEnds.apply(x, self._clock, self.slowdown)
+            if not x.requires_grad and self._first is not None:
+                # the first stage: no gradient of the input (a slowed stage would otherwise compute one that
+                # no stage needs, the full-resolution stem's at that); backward ends at the first parameter
+                self._clock.awaiting_first_parameter = True
+            else:
+                if not x.requires_grad:  # no parameters: give backward an end to time
+                    x = x.detach().requires_grad_(True)
+                x = _BackwardEnds.apply(x, self._clock, self.slowdown)
         start = time.perf_counter()
         out = run_blocks(self.blocks, x, self.checkpointed)
         self._clock.slept += stretch(time.perf_counter() - start, self.slowdown)
