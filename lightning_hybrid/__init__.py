@@ -28,17 +28,14 @@ if _namespace.BASE == "pytorch_lightning" or __name__ != _namespace.PACKAGE:
         SSPStrategy,
     )
     from lightning_hybrid.strategies import registry as _registry  # the aliases: Trainer(strategy="ssp")
-else:  # only `lightning` is installed: this package's names are its lightning flavour's (generated)
-    from lightning_hybrid.lightning import (  # type: ignore[assignment]
-        AllReduceASGDStrategy,
-        BalancedDataParallelStrategy,
-        ClassifierModule,
-        CNeuralStrategy,
-        HybridParallelStrategy,
-        LocalSGDStrategy,
-        PartitionedInferenceStrategy,
-        SSPStrategy,
-    )
+else:  # only `lightning` is installed: this package's names are its lightning flavour's (generated), bound
+    # without an import statement, so that static readers (type checkers, the API page) see one binding of each
+    import importlib
+
+    _flavour = importlib.import_module(f"{_namespace.PACKAGE}.lightning")
+    globals().update({name: getattr(_flavour, name) for name in (
+        "AllReduceASGDStrategy", "BalancedDataParallelStrategy", "ClassifierModule", "CNeuralStrategy",
+        "HybridParallelStrategy", "LocalSGDStrategy", "PartitionedInferenceStrategy", "SSPStrategy")})
 
 __version__ = "0.1.0"
 

@@ -1,0 +1,43 @@
+# Generated from lightning_hybrid/data/mnist.py by `python tools/generate_lightning_namespace.py`: edit that file, not this one.
+from __future__ import annotations
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+import numpy as np
+import torch
+from torch.utils.data import TensorDataset
+from lightning_hybrid.lightning.data.base import InMemoryDataModule
+from lightning_hybrid.data.download import DownloadError, download
+from lightning_hybrid.data.idx import read_idx
+from lightning_hybrid.data.split import seeded_split
+log = ...
+MNIST_FILES = ...
+MNIST_MIRRORS = ...
+
+class MNISTNotFoundError(FileNotFoundError):
+    ...
+
+def find_mnist_folder(root: str | Path) -> Path | None:
+    ...
+
+def normalize_images(images: np.ndarray) -> torch.Tensor:
+    ...
+
+class MNISTDataModule(InMemoryDataModule):
+    num_classes = ...
+    input_shape = ...
+
+    def __init__(self, root: str | Path='data/mnist', batch_size: int=64, val_fraction: float=1 / 12, subset: int | None=None, seed: int=0, num_workers: int=0, download: bool=True, verify_md5: bool=True, mirrors: Sequence[str]=MNIST_MIRRORS, val_set: str='holdout') -> None:
+        ...
+
+    def _not_found(self, reason: str) -> MNISTNotFoundError:
+        ...
+
+    def prepare_data(self) -> None:
+        ...
+
+    def _load(self, folder: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
+        ...
+
+    def build(self) -> tuple[TensorDataset, TensorDataset, TensorDataset]:
+        ...
