@@ -70,6 +70,12 @@ def test_python_users_of_the_flat_settings_are_told_where_each_went(tmp_path):
                        r"\nimage_shape=\[8, 8, 8\] -> view=\{'image_shape': \[8, 8, 8\]\}\ncache_dir='d' -> cache=\{'dir': 'd'\}"
                        r"\nbaseline=True -> split=\{'baseline': True\}"):
         ADNIDataModule(source, caps_directory="c", image_shape=[8, 8, 8], cache_dir="d", baseline=True)
+    # as an old script wrote it, without the source the grouped datamodule requires
+    with pytest.raises(TypeError, match=r"settings are in groups now:\ncaps_directory='c' -> source=\{'caps_directory': 'c'\}"
+                       r"\ntsv_path='t' -> source=\{'tsv_path': 't'\}"):
+        ADNIDataModule(caps_directory="c", tsv_path="t")
+    with pytest.raises(TypeError, match=r"ADNIDataModule needs source=: Source\(caps_directory=\.\.\., tsv_path=\.\.\.\)"):
+        ADNIDataModule()
     with pytest.raises(TypeError, match=r"unexpected keyword argument\(s\) 'colour'"):
         ADNIDataModule(source, colour="blue")
     with pytest.raises(TypeError, match=r"split must be a Split or a mapping of its fields, e.g. split=\{'fold': 3\}, got 3"):

@@ -123,7 +123,7 @@ class ADNIDataModule(InMemoryDataModule):
 
     def __init__(
         self,
-        source: Source | Mapping[str, Any],
+        source: Source | Mapping[str, Any] | None = None,
         task: str = "AD_vs_CN",
         diagnoses: Sequence[str] | None = None,
         split: Split | Mapping[str, Any] = Split(),
@@ -142,6 +142,9 @@ class ADNIDataModule(InMemoryDataModule):
             raise TypeError("\n".join(
                 ([f"ADNIDataModule's settings are in groups now:\n{where}"] if where else [])
                 + ([f"ADNIDataModule got unexpected keyword argument(s) {', '.join(map(repr, unknown))}"] if unknown else [])))
+        if source is None:
+            raise TypeError("ADNIDataModule needs source=: Source(caps_directory=..., tsv_path=...) for ClinicaDL's "
+                            "outputs, or Source(csv_path=...) for a CSV of images and diagnoses")
         super().__init__()
         if diagnoses is None:
             if task not in TASKS:
