@@ -218,3 +218,12 @@ def test_the_staleness_check_runs_on_a_bare_checkout_and_names_a_stale_file(tmp_
         f.write("\n\ndef added(rank: int) -> int:\n    return rank\n")
     stale = check()
     assert stale.returncode == 1 and "stale: lightning_hybrid/lightning/straggler.pyi" in stale.stdout, stale.stdout + stale.stderr
+
+
+def test_the_stub_keeps_the_interface_and_drops_what_runs():
+    source = ('"""doc"""\nimport torch\nif TYPE_CHECKING:\n    from a import B\nX: int = 3\n__all__ = ["C"]\nprint("run")\n'
+              "class C(torch.nn.Module):\n    \"\"\"doc\"\"\"\n    size: int = 2\n    def f(self, x: int = 1) -> int:\n"
+              "        return x + 1\n")
+    assert namespace.interface(source).splitlines() == [
+        "import torch", "from a import B", "X: int = ...", "__all__ = ['C']", "", "class C(torch.nn.Module):",
+        "    size: int = ...", "", "    def f(self, x: int=1) -> int:", "        ..."]
