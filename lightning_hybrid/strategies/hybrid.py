@@ -111,7 +111,7 @@ class HybridParallelStrategy(StageOnlyState, common.RoutedEvaluation, common.Unw
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        placement, self.device_specs = check_pipeline_options(
+        placement, self.given_devices = check_pipeline_options(
             pipeline_stages, data_parallel, placement, schedule, micro_batches, gradient_sync, delay, optimizer_slots, devices,
         )
         self.pipeline_stages = pipeline_stages
@@ -142,7 +142,7 @@ class HybridParallelStrategy(StageOnlyState, common.RoutedEvaluation, common.Unw
         self._accumulate = 1
         self._step_grads: list[torch.Tensor | None] = []
         self._planned_for: pl.LightningModule | None = None  # the module whose blocks the pipeline holds
-        self._devices: list[Device] = []  # the placement's devices
+        self._planned_devices: list[Device] = []  # the placement's devices
 
     # ------------------------------------------------------------------ checks (before processes start)
     @property
@@ -165,8 +165,8 @@ class HybridParallelStrategy(StageOnlyState, common.RoutedEvaluation, common.Unw
         if _builds_in_configure_model(model):
             return  # no blocks before configure_model(): checked at setup, on the meta device
         self._check_module(model)
-        if self.input_shape is not None and self.device_specs is not None:
-            self._plan(model, torch.zeros(self._micro_batch_size_hint(trainer), *self.input_shape), self._given_devices())
+        if self.input_shape is not None and self.given_devices is not None:
+            self._plan(model, torch.zeros(self._micro_batch_size_hint(trainer), *self.input_shape), self._given_devices_in_flops())
 
     def _check_module(self, model: pl.LightningModule) -> None:
         """The module's part of the checks: its blocks, its loss, the stage sizes (before processes
@@ -258,10 +258,10 @@ class HybridParallelStrategy(StageOnlyState, common.RoutedEvaluation, common.Unw
             _optimizers_to_device(self.optimizers, self.root_device)
 
     # ------------------------------------------------------------------ placement
-    def _given_devices(self) -> list[Device]:
+    def _given_devices_in_flops(self) -> list[Device]:
         """``devices`` in FLOP/s: their speeds are relative, a speed of 1 being this machine's probed
         FLOP/s, so that compute and transfer times (with a bandwidth) are both in seconds."""
-        return devices_in_flops(self.device_specs, "relative", probe_speed(self.root_device))
+        return devices_in_flops(self.given_devices, "relative", probe_speed(self.root_device))
 
     def _probe_devices(self) -> list[Device]:
         """Each position's speed in FLOP/s and free memory, measured on replica 0's ranks (slowed as the stage compute is)."""
@@ -281,7 +281,7 @@ class HybridParallelStrategy(StageOnlyState, common.RoutedEvaluation, common.Unw
 
     def _agreed_placement(self, module: pl.LightningModule, example: torch.Tensor) -> Placement:
         """Rank 0 plans with ``example`` (one micro-batch); every rank gets the placement, or its error."""
-        devices = self._given_devices() if self.device_specs is not None else self._probe_devices()
+        devices = self._given_devices_in_flops() if self.given_devices is not None else self._probe_devices()
         if self.memory_limit is not None:
             devices = [dataclasses.replace(d, memory=min(d.memory, self.memory_limit)) for d in devices]
         planned: Placement | Exception | None = None
@@ -293,7 +293,7 @@ class HybridParallelStrategy(StageOnlyState, common.RoutedEvaluation, common.Unw
         planned = broadcast_object(planned, src=0)
         if isinstance(planned, Exception):
             raise planned
-        self._devices = devices
+        self._planned_devices = devices
         return planned
 
     def _adopt(self, placement: Placement) -> None:
@@ -319,7 +319,7 @@ class HybridParallelStrategy(StageOnlyState, common.RoutedEvaluation, common.Unw
             size = max(len(inputs) // self.micro_batches, self._micro_batch_size_hint(module.trainer), 1)
             micro = inputs[:1].expand(size, *inputs.shape[1:]) if self.placement_method != "time" else inputs[:size]
             self._adopt(self._agreed_placement(module, micro))
-        devices = self._devices
+        devices = self._planned_devices
         sequence = pipeline_blocks(module)
         named = list(sequence.named_children())
         self.pipeline = PipelineParallel(

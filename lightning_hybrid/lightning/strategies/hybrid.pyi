@@ -69,7 +69,7 @@ class HybridParallelStrategy(StageOnlyState, common.RoutedEvaluation, common.Unw
     def _setup_stage(self, trainer: pl.Trainer) -> None:
         ...
 
-    def _given_devices(self) -> list[Device]:
+    def _given_devices_in_flops(self) -> list[Device]:
         ...
 
     def _probe_devices(self) -> list[Device]:
