@@ -116,7 +116,7 @@ class HybridParallelStrategy(StageOnlyState, common.RoutedEvaluation, common.Unw
         )
         self.pipeline_stages = pipeline_stages
         self.data_parallel = data_parallel
-        self.placement_method = placement
+        self.given_placement = placement
         self.schedule_name = schedule
         self.micro_batches = micro_batches
         self.objective = objective
@@ -182,7 +182,7 @@ class HybridParallelStrategy(StageOnlyState, common.RoutedEvaluation, common.Unw
                 "`on_pipeline_step(self, output, target, loss)` (called after every pipeline step on the last stage).",
                 category=UserWarning,
             )
-        check_stage_sizes([name for name, _ in blocks.named_children()], self.pipeline_stages, self.placement_method)
+        check_stage_sizes([name for name, _ in blocks.named_children()], self.pipeline_stages, self.given_placement)
 
     def _micro_batch_size_hint(self, trainer: pl.Trainer) -> int:
         datamodule = trainer.datamodule if hasattr(trainer, "datamodule") else None
@@ -272,7 +272,7 @@ class HybridParallelStrategy(StageOnlyState, common.RoutedEvaluation, common.Unw
     def _plan(self, module: pl.LightningModule, example: torch.Tensor, devices: list[Device]) -> Placement:
         """Profile the module's blocks on ``example`` (one micro-batch) and place them (:func:`plan_stages`)."""
         return plan_stages(
-            pipeline_blocks(module), example, devices, self.placement_method, stages=self.pipeline_stages,
+            pipeline_blocks(module), example, devices, self.given_placement, stages=self.pipeline_stages,
             objective=self.objective, seed=self.seed, options=self.placement_options,
             optimizer_slots=self.optimizer_slots, checkpointed=bool(getattr(pipeline_blocks(module), "checkpoint_blocks", False)),
             # the micro-batches whose activations the first stage holds at once
@@ -317,7 +317,7 @@ class HybridParallelStrategy(StageOnlyState, common.RoutedEvaluation, common.Unw
         if self.placement is None:
             # one micro-batch of this batch, or of the training batch when this one is smaller (validation's last)
             size = max(len(inputs) // self.micro_batches, self._micro_batch_size_hint(module.trainer), 1)
-            micro = inputs[:1].expand(size, *inputs.shape[1:]) if self.placement_method != "time" else inputs[:size]
+            micro = inputs[:1].expand(size, *inputs.shape[1:]) if self.given_placement != "time" else inputs[:size]
             self._adopt(self._agreed_placement(module, micro))
         devices = self._planned_devices
         sequence = pipeline_blocks(module)
