@@ -213,6 +213,8 @@ def test_the_staleness_check_runs_on_a_bare_checkout_and_names_a_stale_file(tmp_
     assert current.returncode == 0, current.stdout + current.stderr
     with open(tmp_path / "lightning_hybrid" / "straggler.py", "a") as f:
         f.write("# an edit of a body or a comment: the same interface, nothing to generate\n")
+    with open(tmp_path / "lightning_hybrid" / "lightning" / "straggler.pyi", "a") as f:
+        f.write("\n\n# a stub laid out otherwise (another Python's ast.unparse): the same tree, current\n")
     assert check().returncode == 0
     with open(tmp_path / "lightning_hybrid" / "straggler.py", "a") as f:
         f.write("\n\ndef added(rank: int) -> int:\n    return rank\n")
