@@ -9,7 +9,6 @@ import multiprocessing
 import os
 import select
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -23,6 +22,7 @@ import pytest
 import torch
 
 from lightning_hybrid.data.idx import write_idx
+from lightning_hybrid.strategies.forked_ranks import ForkedProcess
 from threads import threads_per_process
 
 # Tests that start processes with multiprocessing use "forkserver": each process is forked from a
@@ -90,13 +90,14 @@ def clean_env(**extra: str) -> dict[str, str]:
     return env
 
 
-class ZygoteProcess:
-    """A run started by :meth:`Zygote.start`: what :class:`subprocess.Popen` offers for it (``pid``,
-    ``returncode``, ``poll``, ``wait``, ``send_signal``, ``kill``); its output went to the files (or
-    the terminal) it was started with."""
+class ZygoteProcess(ForkedProcess):
+    """A run started by :meth:`Zygote.start`: a forked child of the zygote, not of this process, so its end
+    is learnt from the zygote's replies rather than ``waitpid``; its output went to the files (or the
+    terminal) it was started with."""
 
     def __init__(self, pid: int, args: list[str]) -> None:
-        self.pid, self.args, self.returncode = pid, args, None
+        super().__init__(pid)
+        self.args = args
 
     def poll(self) -> int | None:
         if self.returncode is None:
@@ -112,13 +113,6 @@ class ZygoteProcess:
                 raise subprocess.TimeoutExpired(self.args, timeout)
             Zygote._read_replies(left)
         return self.returncode
-
-    def send_signal(self, sig: int) -> None:
-        if self.poll() is None:
-            os.kill(self.pid, sig)
-
-    def kill(self) -> None:
-        self.send_signal(signal.SIGKILL)
 
 
 class Zygote:

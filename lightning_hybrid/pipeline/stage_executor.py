@@ -54,7 +54,7 @@ class StageProfile:
 
     def reset(self) -> None:
         for f in fields(self):
-            setattr(self, f.name, type(getattr(self, f.name))())
+            setattr(self, f.name, f.default)
 
     def as_dict(self) -> dict[str, float]:
         return {f.name: float(getattr(self, f.name)) for f in fields(self)}
@@ -81,12 +81,12 @@ def stage_time_metrics(per_rank: Sequence[dict[str, float] | None]) -> dict[str,
     return metrics
 
 
-def describe_stage_times(metrics: dict[str, float]) -> str:
-    """``rank 0: compute 120, wait 31, send 2; rank 1: ...`` (ms a step) from :func:`stage_time_metrics`."""
-    ranks = sorted({int(key.split("_")[0].removeprefix("pipeline/rank")) for key in metrics})
+def describe_stage_times(per_rank: Sequence[dict[str, float] | None]) -> str:
+    """``rank 0: compute 120, wait 31, send 2; rank 1: ...`` (ms a step), the ranks of :func:`stage_time_metrics`."""
+    metrics = stage_time_metrics(per_rank)
     return "; ".join(
         f"rank {r}: " + ", ".join(f"{part} {metrics[f'pipeline/rank{r}_{part}_ms']:.0f}" for part in ("compute", "wait", "send"))
-        for r in ranks
+        for r, times in enumerate(per_rank) if times and times["steps"]
     )
 
 

@@ -445,11 +445,12 @@ class HybridParallelStrategy(StageOnlyState, common.RoutedEvaluation, common.Unw
         figures = all_gather_object((peak, estimate, profile.as_dict() if profile is not None else None))
         if profile is not None:
             profile.reset()
-        stage_times = stage_time_metrics([times for _, _, times in figures])
+        per_rank = [times for _, _, times in figures]
+        stage_times = stage_time_metrics(per_rank)
         for key, value in stage_times.items():
             pl_module.log(key, value, sync_dist=True)  # the same on every rank
         if stage_times and self.global_rank == 0:
-            log.info("HybridParallelStrategy time a training step (ms): %s", describe_stage_times(stage_times))
+            log.info("HybridParallelStrategy time a training step (ms): %s", describe_stage_times(per_rank))
         report = []
         for rank, (peak, estimate, _) in enumerate(figures):
             if peak is not None:
