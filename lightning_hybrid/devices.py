@@ -278,6 +278,10 @@ class PeakMemory:
     peak resident set (``VmHWM`` of ``/proc/self/status``, reset at the start through
     ``/proc/self/clear_refs``) over the resident set then, so that the interpreter, torch and
     Lightning are the baseline; the allocator's freed memory is given back first (:func:`release_free_memory`).
+    The resident set counts what glibc keeps of freed memory too (its mmap threshold rises as large blocks are
+    freed, up to 32 MiB, and heaps give back little), up to hundreds of MiB above the tensors' peak; a process
+    started with ``MALLOC_MMAP_THRESHOLD_=65536`` maps each tensor apart and gives it back when freed, so that
+    the peak is the tensors' own, as CUDA's (``benchmarks/whole_brain_memory.py`` measures so).
     ``resident``: bytes of tensors already held at the start that the peak should count (the model's
     parameters, the optimizer's state: :func:`held_bytes`), taken off the baseline. ``None`` where
     neither can be read (not Linux).

@@ -68,7 +68,7 @@ def test_a_run_over_its_budget_is_refused_before_training_naming_what_it_needs()
 
 
 def test_under_a_budget_ddp_is_refused_in_one_message_and_the_pipeline_trains_within_it(tmp_path):
-    """An MLP whose DDP rank needs 172 MiB (SGD with momentum): under memory_budget=120MiB the command refuses
+    """An MLP whose DDP rank needs 171 MiB (SGD with momentum): under memory_budget=120MiB the command refuses
     DDP before training, in one message naming the need; the 2-stage pipeline places its stages within the
     budget and trains."""
     common = ("experiment=smoke", "model=mlp", "model.hidden=[2048,2048,2048]", "memory_budget=120MiB",
@@ -78,7 +78,7 @@ def test_under_a_budget_ddp_is_refused_in_one_message_and_the_pipeline_trains_wi
     output = proc.stdout + proc.stderr
     assert proc.returncode == 1, output[-3000:]
     assert "Traceback" not in output and output.count("error: ") == 1, output[-3000:]
-    assert "DDPStrategy needs about 172 MiB a rank to train MLP (parameters 38" in output and "over the memory budget of 120 MiB (memory_budget)" in output, output[-3000:]
+    assert "DDPStrategy needs about 171 MiB a rank to train MLP (parameters 38" in output and "over the memory budget of 120 MiB (memory_budget)" in output, output[-3000:]
     run_cli(*common, "strategy=hybrid", "strategy.input_shape=[1,28,28]", f"hydra.run.dir={tmp_path / 'hybrid'}", cwd=tmp_path)
     metrics = json.loads((tmp_path / "hybrid" / "metrics.json").read_text())
     estimates = [v for k, v in metrics.items() if k.endswith("_estimate_MiB")]

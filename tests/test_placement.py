@@ -15,6 +15,8 @@ from lightning_hybrid.models import LeNet5, ResAttNet3D
 from lightning_hybrid.placement import (
     GABRA, METHODS, Block, Device, InfeasiblePlacementError, Problem, devices_from_config, plan, profile_blocks,
 )
+from lightning_hybrid.pipeline.materialize import meta_copy
+from lightning_hybrid.placement.problem import stage_bytes
 
 
 def random_instance(rng: np.random.Generator) -> tuple[list[Block], list[Device]]:
@@ -222,6 +224,42 @@ def test_profile_blocks_counts_flops_bytes_and_memory_of_lenet5():
     assert blocks[-1].params == 84 * 10 + 10
     assert blocks[-1].memory >= (84 * 10 + 10) * 4 * 3  # weights, gradients, one optimizer slot
     assert all(p.grad is None for p in net.parameters())
+
+
+class _Square(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * x  # autograd saves x twice: one storage
+
+
+def test_a_tensor_saved_twice_counts_once_and_a_stage_counts_a_shared_boundary_once():
+    """Held activations are storages: ``x * x`` saves its input twice, a ReLU's result is saved by it and by
+    the next block's Linear; the blocks' sum counted them twice (a stage's estimate 1.3x its measured peak)."""
+    net = torch.nn.Sequential(torch.nn.Linear(256, 256), _Square(),
+                              torch.nn.Sequential(torch.nn.ReLU(), torch.nn.Linear(256, 256), torch.nn.ReLU()),
+                              torch.nn.Linear(256, 256))
+    x = torch.randn(8, 256)
+    one = 8 * 256 * 4  # bytes of one activation of the batch
+    for model, example in ((net, x), (meta_copy(net), x.to("meta"))):  # real tensors, and shapes only
+        linear, square, relu_block, last = profile_blocks(model, example, optimizer_slots=0)
+        params = 256 * 256 * 4 + 256 * 4
+        assert linear.memory == 2 * params + one and linear.shared_with_previous == 0  # its input
+        assert square.memory == one and square.shared_with_previous == 0  # x once; Linear saved no output
+        # ReLU saves its result, which the Linear after it saves as input: one storage; ReLU's output saved by the last
+        assert relu_block.memory == 2 * params + 2 * one and relu_block.shared_with_previous == 0
+        assert last.memory == 2 * params + one and last.shared_with_previous == one
+        assert stage_bytes([relu_block, last]) == 2 * params + 2 * one + 2 * params + max(b.workspace for b in (relu_block, last))
+        problem = Problem([linear, square, relu_block, last], [Device("d", speed=1.0, memory=1e9)] * 2, stages=2)
+        assert problem.stage_memory[2, 4] == pytest.approx(stage_bytes([relu_block, last]))
+        assert problem.stage_memory[3, 4] == pytest.approx(stage_bytes([last]))  # the first of its stage holds it whole
+        assert problem.stage_memory[0, 4] == pytest.approx(stage_bytes([linear, square, relu_block, last]))
+        # a pipeline keeps 3 micro-batches' messages a step: at the cut after block 1, its output sent on and its
+        # input gradient sent back
+        messages = Problem([linear, square, relu_block, last], [Device("d", speed=1.0, memory=1e9)] * 2, 2, held_messages=3)
+        assert messages.stage_memory[0, 2] == pytest.approx(stage_bytes([linear, square]) + 3 * square.out_bytes)
+        assert messages.stage_memory[2, 4] == pytest.approx(stage_bytes([relu_block, last]) + 3 * square.out_bytes)
+        assert messages.stage_memory[0, 4] == pytest.approx(problem.stage_memory[0, 4])  # one stage: no messages
+    # with every block checkpointed a block keeps its input only: nothing is shared with the block before
+    assert all(b.shared_with_previous == 0 for b in profile_blocks(net, x, checkpointed=True))
 
 
 def test_profile_blocks_leaves_batchnorm_statistics_alone_and_measures_time():

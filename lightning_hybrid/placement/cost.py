@@ -28,7 +28,9 @@ def named_blocks(model: nn.Module | Iterable[tuple[str, nn.Module]]) -> list[tup
 @dataclass(frozen=True)
 class BlockTrace:
     """One block run forward and backward on an example: its FLOPs, the bytes autograd saved for its
-    backward (its own weights not counted), its input's and output's bytes, and its tensors' bytes."""
+    backward (each storage once, however many tensors or operations save it; its own weights not counted),
+    of those the bytes of its input that the block before saved too (its output), its input's and output's
+    bytes, and its tensors' bytes."""
 
     flops: float
     saved_bytes: float
@@ -38,11 +40,17 @@ class BlockTrace:
     largest_param_bytes: float
     buffer_bytes: float
     params: int
+    saved_with_previous: float = 0.0
 
     def held_bytes(self, checkpointed: bool) -> float:
         """Bytes a micro-batch keeps alive between its forward and its backward: what autograd saved, or
         with activation checkpointing only the block's input (its activations recomputed in backward)."""
         return self.input_bytes if checkpointed else self.saved_bytes
+
+    def shared_bytes(self, checkpointed: bool) -> float:
+        """Of :meth:`held_bytes`, what the block before holds too (none checkpointed: a checkpointed block
+        keeps its input, not its output)."""
+        return 0.0 if checkpointed else self.saved_with_previous
 
     def recompute_bytes(self, checkpointed: bool) -> float:
         """Bytes alive at once only during this block's backward: its recomputed activations, checkpointed."""
@@ -58,16 +66,17 @@ def trace_blocks(model: nn.Module | Iterable[tuple[str, nn.Module]], example: to
     scale = (batch_size / len(example)) if batch_size is not None else 1.0
     result = []
     x = example
+    before: dict[int, int] = {}  # the storages the block before saved: their bytes
     for index, (name, block) in enumerate(named_blocks(model)):
         buffers = {key: value.clone() for key, value in block.state_dict().items()}
         grads = {p: p.grad for p in block.parameters()}
-        own = {id(t) for t in [*block.parameters(), *block.buffers()]}
-        saved = []
+        own = {_storage(t) for t in [*block.parameters(), *block.buffers()]}
+        saved: dict[int, int] = {}  # storage -> bytes: a tensor saved twice (a ReLU's result, a convolution's input) once
 
         def pack(tensor: torch.Tensor) -> torch.Tensor:
-            base = tensor._base if tensor._base is not None else tensor
-            if id(tensor) not in own and id(base) not in own:  # the block's weights are counted once
-                saved.append(tensor.numel() * tensor.element_size())
+            key = _storage(tensor)
+            if key not in own:  # the block's weights are counted once, as parameters
+                saved[key] = tensor.untyped_storage().nbytes()
             return tensor
 
         inp = x.detach().requires_grad_(index > 0 and x.is_floating_point())
@@ -77,21 +86,28 @@ def trace_blocks(model: nn.Module | Iterable[tuple[str, nn.Module]], example: to
             if out.requires_grad:
                 out.backward(torch.ones_like(out))
         param_sizes = [p.numel() * p.element_size() for p in block.parameters()]
+        shared = saved.get(_storage(inp), 0) if _storage(inp) in before else 0  # the block before's output, saved by both
         result.append((name, BlockTrace(
             flops=float(counter.get_total_flops()) * scale,
-            saved_bytes=float(sum(saved)) * scale,
+            saved_bytes=float(sum(saved.values())) * scale,
             input_bytes=float(inp.numel() * inp.element_size()) * scale,
             out_bytes=float(out.numel() * out.element_size()) * scale,
             param_bytes=float(sum(param_sizes)),
             largest_param_bytes=float(max(param_sizes, default=0)),
             buffer_bytes=float(sum(b.numel() * b.element_size() for b in block.buffers())),
             params=sum(p.numel() for p in block.parameters()),
+            saved_with_previous=float(shared) * scale,
         )))
         block.load_state_dict(buffers)
         for p, g in grads.items():
             p.grad = g
-        x = out.detach()
+        x, before = out.detach(), saved
     return result
+
+
+def _storage(tensor: torch.Tensor) -> int:
+    """The identity of ``tensor``'s storage (shared by its views and detached copies; on the meta device too)."""
+    return tensor.untyped_storage()._cdata
 
 
 def profile_blocks(
@@ -159,6 +175,7 @@ def profile_blocks(
                 params=trace.params,
                 time=seconds,
                 workspace=trace.largest_param_bytes + trace.recompute_bytes(checkpointed),
+                shared_with_previous=trace.shared_bytes(checkpointed) * in_flight,
             )
         )
     return result

@@ -92,7 +92,7 @@ def training_memory(
         gradients=parameters,
         optimizer_state=parameters * optimizer_slots,
         buckets=parameters if buckets else 0.0,
-        activations=sum(t.held_bytes(checkpointed) for t in traces),
+        activations=sum(t.held_bytes(checkpointed) for t in traces) - sum(t.shared_bytes(checkpointed) for t in traces[1:]),
         transient=max(t.recompute_bytes(checkpointed) + t.largest_param_bytes for t in traces),
         batch_size=batch_size,
         checkpointed=checkpointed,

@@ -31,12 +31,14 @@ def plan_stages(
     optimizer_slots: int,
     in_flight: int,
     checkpointed: bool = False,
+    held_messages: int = 0,
 ) -> Placement:
     """Place the blocks of ``container`` (its children, in order) in ``stages`` stages on ``devices``.
 
     ``example`` is one micro-batch (only its shape matters unless ``method="time"``, which times the real
     blocks and so needs them materialised); ``method`` a placement method's name, or the stage sizes in
-    blocks; ``in_flight`` the micro-batches whose activations a stage holds at once; ``checkpointed``
+    blocks; ``in_flight`` the micro-batches whose activations a stage holds at once; ``held_messages`` the
+    copies of its input and output it keeps for its messages (:class:`~lightning_hybrid.placement.Problem`); ``checkpointed``
     whether the stages recompute their blocks' activations in backward (only the blocks' inputs held). A placement that
     fits no device's memory is refused with the memory table of blocks and devices. With ``method="time"``, an
     ``example`` on the meta device (a shape given before any batch: ``input_shape``) is timed on values made for it.
@@ -68,11 +70,12 @@ def plan_stages(
     devices = list(devices)
     try:
         if isinstance(method, str):
-            return plan(blocks, devices, method=method, objective=objective, stages=stages, seed=seed, **options)
+            return plan(blocks, devices, method=method, objective=objective, stages=stages, seed=seed,
+                        held_messages=held_messages, **options)
         edges = [0]
         for size in method:
             edges.append(edges[-1] + size)
-        placement = Problem(blocks, devices, stages).placement("given", list(range(stages)), list(zip(edges[:-1], edges[1:])))
+        placement = Problem(blocks, devices, stages, held_messages).placement("given", list(range(stages)), list(zip(edges[:-1], edges[1:])))
     except InfeasiblePlacementError as error:
         raise InfeasiblePlacementError(f"{error}\n{memory_table(blocks, devices, stages)}") from None
     if not placement.feasible:

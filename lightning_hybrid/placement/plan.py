@@ -19,6 +19,7 @@ def plan(
     objective: str = "bottleneck",
     stages: int | None = None,
     seed: int = 0,
+    held_messages: int = 0,
     **gabra_options,
 ) -> Placement:
     """Cut ``blocks`` into contiguous stages and give each stage its own device.
@@ -34,6 +35,8 @@ def plan(
             throughput) or ``"paper"`` (paper 003's knapsack profit, for fidelity).
         stages: number of pipeline stages; default one per device.
         seed: GABRA's random seed.
+        held_messages: copies of its input and output a stage keeps for its messages at once, counted in
+            its memory (:class:`Problem`; the pipeline's micro-batches a step).
         gabra_options: further :class:`~lightning_hybrid.placement.gabra.GABRA` arguments
             (``population``, ``t_max``, ``crossover_prob``, ``mutation_prob``, ``balance_cuts``).
 
@@ -54,7 +57,7 @@ def plan(
         raise ValueError(f"unknown placement method {method!r}; choose one of {', '.join(METHODS)}")
     if objective not in ("bottleneck", "paper"):
         raise ValueError(f"objective must be 'bottleneck' or 'paper', got {objective!r}")
-    problem = Problem(blocks, devices, stages)
+    problem = Problem(blocks, devices, stages, held_messages=held_messages)
     if method == "gabra":
         placement = GABRA(problem, objective=objective, seed=seed, **gabra_options).run()
         if not placement.feasible or placement.fitness == 0.0:

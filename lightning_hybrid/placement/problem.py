@@ -39,6 +39,9 @@ class Block:
         workspace: bytes needed at once beside ``memory`` while the block's gradients accumulate over
             micro-batches (the largest parameter: autograd computes a micro-batch's gradient apart,
             then adds it); a stage needs the largest of its blocks' workspaces, not their sum.
+        shared_with_previous: bytes of ``memory`` that the block before counts too: its output, which
+            both keep for their backwards (a ReLU's result, the next convolution's input); a stage
+            holding both blocks counts them once (:func:`stage_bytes`).
     """
 
     name: str
@@ -48,17 +51,23 @@ class Block:
     params: int = 0
     time: float | None = None
     workspace: float = 0.0
+    shared_with_previous: float = 0.0
 
     def __post_init__(self) -> None:
-        for what in ("cost", "out_bytes", "memory", "workspace"):
+        for what in ("cost", "out_bytes", "memory", "workspace", "shared_with_previous"):
             value = getattr(self, what)
             if not (isinstance(value, (int, float)) and value >= 0 and math.isfinite(value)):
                 raise ValueError(f"block {self.name!r}: {what} must be a finite number >= 0, got {value!r}")
+        if self.shared_with_previous > self.memory:
+            raise ValueError(f"block {self.name!r}: shared_with_previous ({self.shared_with_previous}) exceeds its "
+                             f"memory ({self.memory})")
 
 
 def stage_bytes(blocks: Sequence[Block]) -> float:
-    """Memory a run of blocks needs on one device: their sum plus the largest of their workspaces."""
-    return float(sum(b.memory for b in blocks) + max(b.workspace for b in blocks))
+    """Memory a run of blocks needs on one device: their sum, less what each shares with the block before it
+    in the run, plus the largest of their workspaces."""
+    return float(sum(b.memory for b in blocks) - sum(b.shared_with_previous for b in blocks[1:])
+                 + max(b.workspace for b in blocks))
 
 
 @dataclass(frozen=True)
@@ -129,9 +138,15 @@ class Placement:
 
 
 class Problem:
-    """Blocks and devices with the arrays every solver needs (prefix sums, stage-time tables)."""
+    """Blocks and devices with the arrays every solver needs (prefix sums, stage-time tables).
 
-    def __init__(self, blocks: Sequence[Block], devices: Sequence[Device], stages: int | None = None) -> None:
+    ``held_messages``: copies of its input and of its output a stage keeps for its messages at once (the
+    pipeline's micro-batches: a stage keeps each activation it sends and each input gradient it sends back
+    until the step's sends have finished); each stage's memory counts them, from the sizes at its cuts.
+    """
+
+    def __init__(self, blocks: Sequence[Block], devices: Sequence[Device], stages: int | None = None,
+                 held_messages: int = 0) -> None:
         self.blocks = list(blocks)
         self.devices = list(devices)
         n, m = len(self.blocks), len(self.devices)
@@ -149,13 +164,18 @@ class Problem:
             )
         self.n, self.m = n, m
         self.cost_prefix = np.concatenate([[0.0], np.cumsum([b.cost for b in self.blocks], dtype=float)])
-        self.memory_prefix = np.concatenate([[0.0], np.cumsum([b.memory for b in self.blocks], dtype=float)])
-        # M[i, j]: stage_bytes(blocks[i:j]) for j > i, from prefix sums and running maxima
+        # M[i, j]: stage_bytes(blocks[i:j]) for j > i, from prefix sums (of what each block adds to the one
+        # before it, plus what the first shares) and running maxima
+        shared = np.array([b.shared_with_previous for b in self.blocks] + [0.0], dtype=float)
+        self.memory_prefix = np.concatenate([[0.0], np.cumsum([b.memory for b in self.blocks] - shared[:-1], dtype=float)])
         workspace = np.array([b.workspace for b in self.blocks], dtype=float)
         largest = np.zeros((n + 1, n + 1))
         for i in range(n):
             largest[i, i + 1:] = np.maximum.accumulate(workspace[i:])
-        self.stage_memory = self.memory_prefix[None, :] - self.memory_prefix[:, None] + largest
+        # the messages at its cuts: the input gradient of a stage starting at i sent back, the output of one ending at j
+        cut = np.array([0.0] + [b.out_bytes for b in self.blocks[:-1]] + [0.0]) * held_messages
+        self.stage_memory = (self.memory_prefix[None, :] - self.memory_prefix[:, None] + shared[:, None] + largest
+                             + cut[:, None] + cut[None, :])
         self._tables: dict[int, np.ndarray] = {}
         self._check_memory()
 

@@ -277,6 +277,7 @@ class HybridParallelStrategy(StageOnlyState, common.RoutedEvaluation, common.Unw
             optimizer_slots=self.optimizer_slots, checkpointed=bool(getattr(pipeline_blocks(module), "checkpoint_blocks", False)),
             # the micro-batches whose activations the first stage holds at once
             in_flight=self.micro_batches if self.schedule_name == "GPipe" else min(self.micro_batches, self.pipeline_stages),
+            held_messages=self.micro_batches,  # each send's tensor is kept until the step's sends have finished
         )
 
     def _agreed_placement(self, module: pl.LightningModule, example: torch.Tensor) -> Placement:
