@@ -101,6 +101,7 @@ def main() -> None:
     parser.add_argument("--plain", action="store_true", help="a plain LightningModule (PlainClassifier)")
     parser.add_argument("--fork-ranks", action="store_true", help="fork_ranks=True")
     parser.add_argument("--every-n-steps", type=int, default=0, help="also checkpoint every N steps into OUT/steps")
+    parser.add_argument("--no-sanity-check", action="store_true", help="num_sanity_val_steps=0: training's first step plans")
     parser.add_argument("--tensorboard", action="store_true", help="a TensorBoardLogger writing into OUT/tb/version_0")
     args = parser.parse_args()
     torch.set_num_threads(threads_per_process(args.stages * args.dp))
@@ -122,7 +123,7 @@ def main() -> None:
         accelerator=args.accelerator, devices=args.stages * args.dp // args.processes_per_device, strategy=strategy, max_epochs=args.epochs,
         logger=TensorBoardLogger(args.out, name="tb", version=0) if args.tensorboard else False, enable_progress_bar=False, enable_model_summary=False, callbacks=callbacks,
         gradient_clip_val=args.clip, accumulate_grad_batches=args.accumulate, deterministic=True,
-        precision=args.precision,
+        precision=args.precision, **({"num_sanity_val_steps": 0} if args.no_sanity_check else {}),
     )
     module = make_module(args.lr, args.momentum, args.model)
     if args.plain:

@@ -86,9 +86,10 @@ def test_two_stages_give_the_loss_gradients_and_predictions_of_one_device(tmp_pa
 
 
 def test_two_stages_by_two_replicas_train_as_one_device_and_save_full_checkpoints(tmp_path):
-    # each replica's batch is half of the 64 samples, so every step is a full-batch step
+    # each replica's batch is half of the 64 samples, so every step is a full-batch step; no sanity check, so the
+    # stages come to be in the first training step, before the replicas' all-reduce of them
     run(tmp_path, "--stages", "2", "--dp", "2", "--samples", "64", "--batch", "32", "--epochs", "3",
-        "--momentum", "0.9", "--placement", "3,4", "--schedule", "GPipe")
+        "--momentum", "0.9", "--placement", "3,4", "--schedule", "GPipe", "--no-sanity-check")
     loss, grads, reference = reference_steps(64, 3, momentum=0.9)
     losses, got = first_step(tmp_path, 4)
     assert sum(losses) / 4 == pytest.approx(loss, abs=1e-6)  # replicas' halves average to the full batch
@@ -108,7 +109,7 @@ def test_two_stages_by_two_replicas_train_as_one_device_and_save_full_checkpoint
 def test_resume_clipping_accumulation_and_delayed_sync(tmp_path):
     # 2 epochs, then resume to 3: equals 3 uninterrupted full-batch steps (momentum state round-trips)
     run(tmp_path / "a", "--stages", "2", "--dp", "2", "--samples", "64", "--batch", "32", "--epochs", "2",
-        "--momentum", "0.9", "--sync", "delayed")
+        "--momentum", "0.9", "--sync", "delayed", "--no-sanity-check")
     run(tmp_path / "b", "--stages", "2", "--dp", "2", "--samples", "64", "--batch", "32", "--epochs", "3",
         "--momentum", "0.9", "--sync", "delayed", "--resume", str(tmp_path / "a" / "ckpt" / "last.ckpt"))
     _, _, reference = reference_steps(64, 3, momentum=0.9)

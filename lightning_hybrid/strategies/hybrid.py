@@ -407,24 +407,31 @@ class HybridParallelStrategy(StageOnlyState, common.RoutedEvaluation, common.Unw
         model = model or self.lightning_module
         if self.data_parallel == 1:
             return super().optimizer_step(optimizer, closure, model, **kwargs)
-        if self.exchange is None:  # the replicas' all-reduce; delay 0 averages at once
-            delay = self.delay if self.gradient_sync == "delayed" else 0
-            self.exchange = DelayedAllReduce(list(self.pipeline.stage_module.parameters()), delay, group=self._dp_group)
         if self.gradient_sync == "delayed":  # clip the replica's own gradient, apply the average later
             step = common.ReplacedStep(common.unwrap_optimizer(optimizer), self._exchange_and_step)
             return self.precision_plugin.optimizer_step(step, model=model, closure=closure, **kwargs)
 
         def averaged_closure() -> Any:  # average before Lightning clips the gradients
             result = closure()
-            self.exchange.push()
-            self.exchange.load_ready_into_grads()
+            exchange = self._replica_exchange()
+            exchange.push()
+            exchange.load_ready_into_grads()
             return result
 
         return super().optimizer_step(optimizer, averaged_closure, model, **kwargs)
 
+    def _replica_exchange(self) -> DelayedAllReduce:
+        """The replicas' all-reduce of this rank's stage (delay 0 averages at once), made at the first step's
+        end: the stage exists once the step's closure has run (a run without a sanity check plans there)."""
+        if self.exchange is None:
+            delay = self.delay if self.gradient_sync == "delayed" else 0
+            self.exchange = DelayedAllReduce(list(self.pipeline.stage_module.parameters()), delay, group=self._dp_group)
+        return self.exchange
+
     def _exchange_and_step(self, optimizer: torch.optim.Optimizer) -> None:
-        self.exchange.push()
-        if self.exchange.load_ready_into_grads():
+        exchange = self._replica_exchange()
+        exchange.push()
+        if exchange.load_ready_into_grads():
             optimizer.step()
 
     def sync_point(self) -> None:

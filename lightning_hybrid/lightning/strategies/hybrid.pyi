@@ -103,6 +103,9 @@ class HybridParallelStrategy(StageOnlyState, common.RoutedEvaluation, common.Unw
     def optimizer_step(self, optimizer: Any, closure: Callable[[], Any], model: Any=None, **kwargs: Any) -> Any:
         ...
 
+    def _replica_exchange(self) -> DelayedAllReduce:
+        ...
+
     def _exchange_and_step(self, optimizer: torch.optim.Optimizer) -> None:
         ...
 
