@@ -9,16 +9,22 @@ CLI, contenders one after another (never sharing the cores), each scenario's glo
 * ``balanced``: balanced data parallelism (shares in proportion to the measured speeds);
 * ``hybrid_m<M>``: the pipeline, one stage per rank, placed by GABRA on the probed speeds, the global
   batch in ``M`` micro-batches (``--micro-batches``: each count a contender, so the best is measured,
-  not guessed; a 1F1B pipeline needs at least as many as its stages).
+  not guessed; a 1F1B pipeline needs at least as many as its stages);
+* ``hybrid_2x2_m<M>`` (4 ranks): 2 replicas of a 2-stage pipeline (pipeline x data parallelism), each
+  replica half the global batch in ``M`` micro-batches; a replica is ranks 0-1 or 2-3, so the scenario
+  of speeds [1, 1, 2, 2] slows ranks 0 and 2 (each replica a slow and a fast rank, as a user would pair
+  them; DDP and balanced data parallelism do not care which ranks are slow).
 
 Scenarios: ``equal`` (2 ranks), ``equal_tcp`` (the same inside a network namespace of its own, unshaped:
 every byte between the ranks crosses TCP with an Ethernet MTU, as between two hosts; needs root),
 ``speeds_1_2`` (2 ranks, rank 0 simulated 2x slower in its compute), ``speeds_1_1_2_2`` (4 ranks, ranks 0
-and 1 2x slower), ``contention`` (2 ranks each pinned to a core, one competing process on rank 1's core:
+and 2 2x slower, by sleeping), ``speeds_1_1_2_2_shares`` (the same speeds as CPU time: a quarter and half a
+core a rank, :class:`~lightning_hybrid.sim.cpu_share.CpuShare`; a sleeping rank lends its core to ranks
+sharing it, so on 2 cores the sleeping scenario rewards ranks that take turns; needs root), ``contention`` (2 ranks each pinned to a core, one competing process on rank 1's core:
 real CPU contention, about 2x). Each run trains ``--epochs`` epochs; the table gives the last epoch's
-seconds and training samples per second, each contender's speed-up over DDP, for the pipeline the share of
-DDP's throughput its bubble allows (M/(M+S-1): S stages, M micro-batches, each stage as fast as a DDP
-rank), each rank's peak memory above its start (``callbacks=[...,peak_memory]``; the hybrid strategy logs
+seconds and training samples per second, each contender's speed-up over DDP, for the pipeline its bound: the
+share of DDP's throughput its bubble and the ranks' speeds allow (M/(M+S-1), S stages, M micro-batches, times
+the ranks' summed speed over DDP's, ranks x the slowest; :func:`pipeline_bound`), each rank's peak memory above its start (``callbacks=[...,peak_memory]``; the hybrid strategy logs
 its own beside its plan's estimate) and, for the pipeline, where each stage's training step went (ms
 computing / waiting for a neighbour / finishing its sends, the strategy's ``pipeline/rank<r>_*_ms``).
 Every run writes a checkpoint each epoch (Lightning's default), so the peaks include it: the hybrid
@@ -55,13 +61,16 @@ DATA = ["data=adni_synthetic", "data.subjects=64", f"data.view.image_shape=[{SIZ
         f"data.volume_shape=[{SIZE},{SIZE},{SIZE}]", "data.augment.where=null", "model=resattnet3d_18",
         "optimizer=adam_mri", "callbacks=[epoch_timer,peak_memory]", "logger=csv", "trainer.enable_progress_bar=false",
         "trainer.num_sanity_val_steps=0", "trainer.limit_val_batches=0", "trainer.limit_test_batches=0"]
-#: name -> (ranks, overrides, the cores a competing process runs on, inside an unshaped network namespace)
+#: name -> (ranks, overrides, the cores a competing process runs on, inside an unshaped network namespace,
+#: the ranks' simulated speeds (None: real contention, not known beforehand))
 SCENARIOS = {
-    "equal": (2, [], None, False),
-    "equal_tcp": (2, [], None, True),
-    "speeds_1_2": (2, ["sim.slowdown=[2.0,1.0]"], None, False),
-    "speeds_1_1_2_2": (4, ["sim.slowdown=[2.0,2.0,1.0,1.0]", "allow_cpu_oversubscription=true"], None, False),
-    "contention": (2, ["sim.affinity=[[0],[1]]"], [1], False),
+    "equal": (2, [], None, False, (1, 1)),
+    "equal_tcp": (2, [], None, True, (1, 1)),
+    "speeds_1_2": (2, ["sim.slowdown=[2.0,1.0]"], None, False, (1, 2)),
+    "speeds_1_1_2_2": (4, ["sim.slowdown=[2.0,1.0,2.0,1.0]", "allow_cpu_oversubscription=true"], None, False, (1, 2, 1, 2)),
+    "speeds_1_1_2_2_shares": (4, ["sim.cpu_share=[0.25,0.5,0.25,0.5]", "allow_cpu_oversubscription=true"], None, False,
+                              (1, 2, 1, 2)),
+    "contention": (2, ["sim.affinity=[[0],[1]]"], [1], False, None),
 }
 
 
@@ -73,6 +82,13 @@ def contenders(ranks: int, micro_batches: list[int]) -> dict[str, list[str]]:
                          f"strategy.input_shape=[1,{SIZE},{SIZE},{SIZE}]"]
         for m in micro_batches if ranks <= m <= BATCH  # 1F1B: at least a micro-batch per stage
     }
+    if ranks == 4:  # 2 replicas of a 2-stage pipeline, each half the global batch
+        pipelines.update({
+            f"hybrid_2x2_m{m}": ["strategy=hybrid", "trainer.devices=4", "strategy.pipeline_stages=2", "strategy.data_parallel=2",
+                                 f"data.batch_size={BATCH // 2}", f"strategy.micro_batches={m}", "strategy.optimizer_slots=2",
+                                 f"strategy.input_shape=[1,{SIZE},{SIZE},{SIZE}]"]
+            for m in micro_batches if 2 <= m <= BATCH // 2
+        })
     return {
         "ddp": ["strategy=ddp", f"trainer.devices={ranks}", per_rank],
         "ddp_ckpt": ["strategy=ddp", f"trainer.devices={ranks}", per_rank, "model.checkpoint_blocks=true"],
@@ -110,12 +126,16 @@ def run(name: str, overrides: list[str], run_dir: Path, competitor_cores: list[i
             "peaks": peaks, "estimates": estimates, "stage_ms": stage_ms}
 
 
-def bubble_share(name: str, ranks: int) -> float | None:
-    """The share of DDP's throughput a pipeline of ``ranks`` equal stages and M micro-batches allows: M/(M+S-1)."""
-    if not name.startswith("hybrid_m"):
+def pipeline_bound(name: str, speeds: tuple[float, ...] | None, ranks: int) -> float | None:
+    """The most of DDP's throughput a pipeline contender can reach if nothing but its bubble and the ranks'
+    speeds cost: M/(M+S-1) (S stages, M micro-batches) times the ranks' summed speed over DDP's, which moves at
+    its slowest rank's (ranks x the slowest); each sample costing the same in any micro-batch."""
+    if not name.startswith("hybrid_"):
         return None
-    m = int(name.removeprefix("hybrid_m"))
-    return m / (m + ranks - 1)
+    stages = 2 if name.startswith("hybrid_2x2_") else ranks
+    m = int(name.rsplit("_m", 1)[1])
+    capacity = sum(speeds) / (len(speeds) * min(speeds)) if speeds else 1.0
+    return m / (m + stages - 1) * capacity
 
 
 def micro_batch_cost(batches: tuple[int, ...] = (1, 2, 4, 8), repeats: int = 3) -> str:
@@ -193,10 +213,10 @@ def main() -> None:
         print(block_rates())
         return
     DATA.append(f"data.root={args.workdir / 'data'}")  # written once, for these settings
-    rows = ["| scenario | contender | s/epoch | samples/s | vs DDP | bubble allows | peak MiB per rank (plan's estimate) "
+    rows = ["| scenario | contender | s/epoch | samples/s | vs DDP | bound | peak MiB per rank (plan's estimate) "
             "| ms a step per stage: compute / wait / send |", "|---|---|---|---|---|---|---|---|"]
     for scenario in args.scenario or list(SCENARIOS):
-        ranks, sim, competitor, tcp = SCENARIOS[scenario]
+        ranks, sim, competitor, tcp, speeds = SCENARIOS[scenario]
         results = {}
         for name, overrides in contenders(ranks, args.micro_batches).items():
             if args.contenders and name != "ddp" and name not in args.contenders:
@@ -206,7 +226,7 @@ def main() -> None:
         for name, r in results.items():
             memory = ", ".join(f"{p:.0f}" + (f" ({r['estimates'][i]:.0f})" if i < len(r["estimates"]) else "")
                                for i, p in enumerate(r["peaks"]))
-            share = bubble_share(name, ranks)
+            share = pipeline_bound(name, speeds, ranks)
             stages = "; ".join(f"{c:.0f} / {w:.0f} / {s:.0f}" for c, w, s in r["stage_ms"])
             rows.append(f"| {scenario} | {name} | {r['epoch_s']:.1f} | {r['samples_per_s']:.2f} | "
                         f"{results['ddp']['epoch_s'] / r['epoch_s']:.2f}x | {f'{share:.2f}x' if share else ''} | {memory} | {stages} |")

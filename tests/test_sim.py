@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from functools import partial
+from pathlib import Path
 
 import pytest
 import pytorch_lightning as pl
@@ -50,6 +54,7 @@ def test_stretch_sleeps():
         (dict(straggle_prob=0.1, straggle_factor=0.5), "straggle_factor"),
         (dict(where="optimizer"), "where must be one of 'compute', 'after_step', 'data'"),
         (dict(affinity=[None, [999]]), "not all among this machine's usable cores"),
+        (dict(cpu_share=[0.5, 0.0]), "positive number of cores"),
     ],
 )
 def test_bad_settings_fail_at_construction(kwargs, match):
@@ -64,6 +69,8 @@ def test_world_size_mismatch_says_how_to_fix():
         sim.check_world_size(3)
     with pytest.raises(ValueError, match=r"sim.affinity has 1 entries but the run has 2"):
         HeterogeneitySimulator(affinity=[[0]]).check_world_size(2)
+    with pytest.raises(ValueError, match=r"sim.cpu_share has 1 entries but the run has 2.*sim.cpu_share=\[0.25,0.5\]"):
+        HeterogeneitySimulator(cpu_share=[0.5]).check_world_size(2)
 
 
 def test_inactive_by_default():
@@ -225,3 +232,31 @@ def test_competitor_pins_busy_processes_and_comes_and_goes(tmp_path):
     assert not spells.processes
     with pytest.raises(ValueError, match="duty"):
         Competitor([core], duty=0.0)
+
+
+_SPIN_IN_A_SHARE = """
+import time
+from lightning_hybrid.sim.cpu_share import CpuShare
+share = CpuShare(0.25, "test")
+with share:
+    stat = share.group / "cpu.stat"
+    end = time.perf_counter() + 0.3
+    while time.perf_counter() < end:
+        pass
+    throttled = dict(line.split() for line in stat.read_text().splitlines())["nr_throttled"]
+print(throttled, share.group.exists())
+"""
+
+
+def test_a_cpu_share_is_a_quota_the_kernel_enforces_and_its_group_goes_with_it():
+    """A busy process in a share of a quarter of a core is throttled by the scheduler (the kernel counts it);
+    leaving moves it back and removes its group. Without a writable CPU cgroup the error says what to do."""
+    from lightning_hybrid.sim.cpu_share import CpuShare, _hierarchy
+
+    root = _hierarchy()
+    if not os.access(root, os.W_OK):
+        pytest.skip(f"no writable CPU cgroup hierarchy at {root} (sim.cpu_share needs root)")
+    out = subprocess.run([sys.executable, "-c", _SPIN_IN_A_SHARE], capture_output=True, text=True, check=True).stdout.split()
+    assert int(out[0]) > 0 and out[1] == "False", out
+    with pytest.raises(OSError, match="sim.cpu_share needs a writable CPU control group hierarchy.*sim.slowdown instead"):
+        CpuShare(0.5, "test", root=Path("/proc/no-such-hierarchy")).open()

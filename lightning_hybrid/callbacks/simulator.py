@@ -18,6 +18,7 @@ from lightning_hybrid.strategies.parameter_server import ParameterServerStrategy
 from lightning_hybrid.strategies.capabilities import capabilities_of
 
 from lightning_hybrid.sim.contention import check_cores
+from lightning_hybrid.sim.cpu_share import CpuShare
 from lightning_hybrid.sim.latency import CollectiveLatency, latent_allreduce_hook
 from lightning_hybrid.sim.slowdown import SlowBatches, StepStretcher, check_where
 
@@ -58,7 +59,10 @@ class HeterogeneitySimulator(pl.Callback):
     longer. A strategy whose ranks wait for one another (DDP) slows to the slowest rank's pace,
     and one that lets ranks run ahead (SSP) does not: exactly the contrast the benchmarks measure.
     Real contention instead of sleeping: ``affinity`` pins ranks to cores that a
-    :class:`~lightning_hybrid.sim.Competitor` process (started by the benchmark) keeps busy.
+    :class:`~lightning_hybrid.sim.Competitor` process (started by the benchmark) keeps busy. Devices of
+    different speeds that lend each other nothing: ``cpu_share`` gives each rank a share of the CPU's time
+    (:class:`~lightning_hybrid.sim.cpu_share.CpuShare`); a sleeping rank lends its core to ranks sharing it,
+    a rank at its share does not.
 
     Args:
         slowdown: one factor per rank (``len == world size``), each >= 1; ``None`` for none.
@@ -74,6 +78,8 @@ class HeterogeneitySimulator(pl.Callback):
         where: ``"compute"``, ``"after_step"`` or ``"data"`` (see above).
         affinity: one entry per rank: the CPU cores it is pinned to (``os.sched_setaffinity``), or
             ``None`` to leave it where it is; ``None`` for no pinning.
+        cpu_share: one entry per rank: the cores' worth of CPU time it may use (``0.25``: a quarter of a core),
+            or ``None`` for no limit; ``None`` for none. Needs a writable CPU cgroup (root).
 
     Example::
 
@@ -91,6 +97,7 @@ class HeterogeneitySimulator(pl.Callback):
         collective_latency_s: float = 0.0,
         where: str = "compute",
         affinity: Sequence[Sequence[int] | None] | None = None,
+        cpu_share: Sequence[float | None] | None = None,
     ) -> None:
         if not collective_latency_s >= 0:
             raise ValueError(f"collective_latency_s must be non-negative seconds, got {collective_latency_s}")
@@ -101,6 +108,10 @@ class HeterogeneitySimulator(pl.Callback):
         self.seed = int(seed)
         self.where = check_where(where)
         self.affinity = None if affinity is None else [None if c is None else check_cores(c) for c in affinity]
+        self.cpu_share = None if cpu_share is None else [None if c is None else float(c) for c in cpu_share]
+        if any(c is not None and not c > 0 for c in self.cpu_share or []):
+            raise ValueError(f"sim.cpu_share gives each rank a positive number of cores (or null), got {list(cpu_share)}")
+        self._cpu_share: CpuShare | None = None
         # Validate every factor now, in the launching process, before workers are started.
         for factor in self.slowdown or [1.0]:
             StepStretcher(factor, self.straggle_prob, self.straggle_factor)
@@ -122,6 +133,7 @@ class HeterogeneitySimulator(pl.Callback):
             or (self.straggle_prob > 0 and self.straggle_factor > 1)
             or self.collective_latency_s > 0
             or any(c is not None for c in self.affinity or [])
+            or any(c is not None for c in self.cpu_share or [])
         )
 
     def check_world_size(self, world_size: int) -> None:
@@ -140,6 +152,11 @@ class HeterogeneitySimulator(pl.Callback):
             raise ValueError(
                 f"sim.affinity has {len(self.affinity)} entries but the run has {world_size} training ranks; give one "
                 f"per rank (a list of cores, or null to leave the rank unpinned), e.g. sim.affinity=[null,[1]]"
+            )
+        if self.cpu_share is not None and len(self.cpu_share) != world_size:
+            raise ValueError(
+                f"sim.cpu_share has {len(self.cpu_share)} entries but the run has {world_size} training ranks; give one "
+                f"per rank (cores' worth of CPU time, or null for no limit), e.g. sim.cpu_share=[0.25,0.5]"
             )
 
     def check_strategy(self, strategy: Any) -> None:
@@ -168,6 +185,10 @@ class HeterogeneitySimulator(pl.Callback):
         if cores is not None:
             os.sched_setaffinity(0, cores)
             log.info("rank %d: pinned to CPU core(s) %s", rank, ",".join(map(str, cores)))
+        share = self.cpu_share[rank] if self.cpu_share is not None else None
+        if share is not None and self._cpu_share is None:
+            self._cpu_share = CpuShare(share, f"rank{rank}").open()
+            log.info("rank %d: %.3g cores' worth of CPU time (%s)", rank, share, self._cpu_share.group)
         on_cpu = trainer.strategy.root_device.type == "cpu"
         self._work_clock = time.process_time if on_cpu else self._wall_minus_waits(trainer)
         factor = self.slowdown[rank] if self.slowdown is not None else 1.0
@@ -221,6 +242,9 @@ class HeterogeneitySimulator(pl.Callback):
         if self._latency is not None and stage == "fit":
             self._latency.uninstall()
             self._latency = None
+        if self._cpu_share is not None and stage == "fit":
+            self._cpu_share.close()
+            self._cpu_share = None
 
     @staticmethod
     def _wall_minus_waits(trainer: pl.Trainer) -> Any:

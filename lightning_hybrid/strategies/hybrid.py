@@ -275,10 +275,9 @@ class HybridParallelStrategy(StageOnlyState, common.RoutedEvaluation, common.Unw
             pipeline_blocks(module), example, devices, self.given_placement, stages=self.pipeline_stages,
             objective=self.objective, seed=self.seed, options=self.placement_options,
             optimizer_slots=self.optimizer_slots, checkpointed=bool(getattr(pipeline_blocks(module), "checkpoint_blocks", False)),
-            # the micro-batches whose activations the first stage holds at once
+            # the micro-batches whose activations the first stage holds at once; a send's tensor is kept to the step's end
             in_flight=self.micro_batches if self.schedule_name == "GPipe" else min(self.micro_batches, self.pipeline_stages),
-            held_messages=self.micro_batches,  # each send's tensor is kept until the step's sends have finished
-        )
+            held_messages=self.micro_batches)
 
     def _agreed_placement(self, module: pl.LightningModule, example: torch.Tensor) -> Placement:
         """Rank 0 plans with ``example`` (one micro-batch); every rank gets the placement, or its error."""
@@ -413,25 +412,23 @@ class HybridParallelStrategy(StageOnlyState, common.RoutedEvaluation, common.Unw
 
         def averaged_closure() -> Any:  # average before Lightning clips the gradients
             result = closure()
-            exchange = self._replica_exchange()
-            exchange.push()
-            exchange.load_ready_into_grads()
+            self._replica_exchange().push()
+            self.exchange.load_ready_into_grads()
             return result
 
         return super().optimizer_step(optimizer, averaged_closure, model, **kwargs)
 
     def _replica_exchange(self) -> DelayedAllReduce:
-        """The replicas' all-reduce of this rank's stage (delay 0 averages at once), made at the first step's
-        end: the stage exists once the step's closure has run (a run without a sanity check plans there)."""
+        """The replicas' all-reduce of this rank's stage (delay 0 averages at once), made once the first step's
+        closure has built the stage (without a sanity check, the first step plans)."""
         if self.exchange is None:
             delay = self.delay if self.gradient_sync == "delayed" else 0
             self.exchange = DelayedAllReduce(list(self.pipeline.stage_module.parameters()), delay, group=self._dp_group)
         return self.exchange
 
     def _exchange_and_step(self, optimizer: torch.optim.Optimizer) -> None:
-        exchange = self._replica_exchange()
-        exchange.push()
-        if exchange.load_ready_into_grads():
+        self._replica_exchange().push()
+        if self.exchange.load_ready_into_grads():
             optimizer.step()
 
     def sync_point(self) -> None:

@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader
 from lightning_hybrid.lightning.strategies.parameter_server import ParameterServerStrategy
 from lightning_hybrid.strategies.capabilities import capabilities_of
 from lightning_hybrid.sim.contention import check_cores
+from lightning_hybrid.sim.cpu_share import CpuShare
 from lightning_hybrid.sim.latency import CollectiveLatency, latent_allreduce_hook
 from lightning_hybrid.sim.slowdown import SlowBatches, StepStretcher, check_where
 log = ...
@@ -20,7 +21,7 @@ CALIBRATION_STEPS = ...
 
 class HeterogeneitySimulator(pl.Callback):
 
-    def __init__(self, slowdown: Sequence[float] | None=None, straggle_prob: float=0.0, straggle_factor: float=3.0, seed: int=0, collective_latency_s: float=0.0, where: str='compute', affinity: Sequence[Sequence[int] | None] | None=None) -> None:
+    def __init__(self, slowdown: Sequence[float] | None=None, straggle_prob: float=0.0, straggle_factor: float=3.0, seed: int=0, collective_latency_s: float=0.0, where: str='compute', affinity: Sequence[Sequence[int] | None] | None=None, cpu_share: Sequence[float | None] | None=None) -> None:
         ...
 
     @property
