@@ -9,7 +9,8 @@ CLI, contenders one after another (never sharing the cores), each scenario's glo
 * ``balanced``: balanced data parallelism (shares in proportion to the measured speeds);
 * ``hybrid_m<M>``: the pipeline, one stage per rank, placed by GABRA on the probed speeds, the global
   batch in ``M`` micro-batches (``--micro-batches``: each count a contender, so the best is measured,
-  not guessed; a 1F1B pipeline needs at least as many as its stages);
+  not guessed; a 1F1B pipeline needs at least as many as its stages); ``hybrid_..._timed``: the same, placed
+  on its blocks' measured times instead of their FLOPs (``strategy.placement_options.block_cost=time``);
 * ``hybrid_2x2_m<M>`` (4 ranks): 2 replicas of a 2-stage pipeline (pipeline x data parallelism), each
   replica half the global batch in ``M`` micro-batches; a replica is ranks 0-1 or 2-3, so the scenario
   of speeds [1, 1, 2, 2] slows ranks 0 and 2 (each replica a slow and a fast rank, as a user would pair
@@ -89,6 +90,9 @@ def contenders(ranks: int, micro_batches: list[int]) -> dict[str, list[str]]:
                                  f"strategy.input_shape=[1,{SIZE},{SIZE},{SIZE}]"]
             for m in micro_batches if 2 <= m <= BATCH // 2
         })
+    # each pipeline placed on its blocks' measured times instead of their FLOPs
+    pipelines.update({f"{name}_timed": [*overrides, "strategy.placement_options.block_cost=time"]
+                      for name, overrides in list(pipelines.items())})
     return {
         "ddp": ["strategy=ddp", f"trainer.devices={ranks}", per_rank],
         "ddp_ckpt": ["strategy=ddp", f"trainer.devices={ranks}", per_rank, "model.checkpoint_blocks=true"],
@@ -133,7 +137,7 @@ def pipeline_bound(name: str, speeds: tuple[float, ...] | None, ranks: int) -> f
     if not name.startswith("hybrid_"):
         return None
     stages = 2 if name.startswith("hybrid_2x2_") else ranks
-    m = int(name.rsplit("_m", 1)[1])
+    m = int(name.removesuffix("_timed").rsplit("_m", 1)[1])
     capacity = sum(speeds) / (len(speeds) * min(speeds)) if speeds else 1.0
     return m / (m + stages - 1) * capacity
 

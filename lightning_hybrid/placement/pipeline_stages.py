@@ -8,12 +8,13 @@ model's size; or timed for real, ``method="time"``) and places them with a metho
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 
-from lightning_hybrid.devices import Device
+from lightning_hybrid.devices import Device, probe_speed
 from lightning_hybrid.pipeline.materialize import is_freed, meta_copy
 from lightning_hybrid.placement import Placement, plan, profile_blocks
 from lightning_hybrid.placement.problem import InfeasiblePlacementError, Problem, memory_table
@@ -39,15 +40,22 @@ def plan_stages(
     blocks and so needs them materialised); ``method`` a placement method's name, or the stage sizes in
     blocks; ``in_flight`` the micro-batches whose activations a stage holds at once; ``held_messages`` the
     copies of its input and output it keeps for its messages (:class:`~lightning_hybrid.placement.Problem`); ``checkpointed``
-    whether the stages recompute their blocks' activations in backward (only the blocks' inputs held). A placement that
+    whether the stages recompute their blocks' activations in backward (only the blocks' inputs held).
+    ``options["block_cost"] = "time"`` gives a method each block's measured time instead of its counted FLOPs
+    (timed here, as ``method="time"`` does, in FLOP-equivalents of this device's probed speed, so that the
+    devices' speeds still divide it): for blocks whose FLOPs run at different rates. A placement that
     fits no device's memory is refused with the memory table of blocks and devices. With ``method="time"``, an
     ``example`` on the meta device (a shape given before any batch: ``input_shape``) is timed on values made for it.
     """
     named = list(container.named_children())
-    timed = method == "time"
+    options = dict(options)
+    block_cost = options.pop("block_cost", "flops")
+    if block_cost not in ("flops", "time"):
+        raise ValueError(f"placement_options.block_cost must be 'flops' or 'time', got {block_cost!r}")
+    timed = method == "time" or block_cost == "time"
     if timed and any(is_freed(block) for _, block in named):
-        raise ValueError("placement='time' times the real blocks, but the model is on the meta device "
-                         "(configure_model()); use placement='gabra' or 'exact', or build the model in __init__")
+        raise ValueError("placement='time' and block_cost='time' time the real blocks, but the model is on the meta "
+                         "device (configure_model()); count FLOPs instead, or build the model in __init__")
     was_training = [block.training for _, block in named]
     # Profiling runs backward: the first batch may be validation's (sanity check), under inference mode.
     with torch.inference_mode(False), torch.enable_grad():
@@ -67,6 +75,9 @@ def plan_stages(
                                 in_flight=in_flight, checkpointed=checkpointed, batch_size=micro_batch)
     for (_, block), training in zip(named, was_training):
         block.train(training)
+    if block_cost == "time":  # seconds here x this device's FLOP/s: the units the devices' speeds divide
+        reference = probe_speed(example.device)
+        blocks = [dataclasses.replace(b, cost=b.time * reference) for b in blocks]
     devices = list(devices)
     try:
         if isinstance(method, str):
