@@ -191,6 +191,7 @@ def in_table(strategy: str, pattern: str) -> tuple[Quote, Quote]:
 
 PERSISTENT, TRANSIENT = r".*_persistent", r".*_transient"
 TWO_RANKS = r"2 equal ranks|speeds \[1, 2\]|real contention on rank 1"
+SHARES = r"speeds \[1, 1, 2, 2\], CPU shares"
 
 FIGURES = [
     # Paper 000's grid (recipes/zhang2017_delay_sync), LeNet-5 to 98 %: balanced and SSP under stragglers.
@@ -321,17 +322,20 @@ FIGURES = [
         Quote(HYBRID, rf"the 2-stage pipeline's largest rank\s+peaks at {F} a DDP rank's"),
         Quote(INDEX, rf"largest rank\s+peaks at {F} a DDP rank's"), Quote(ADNI, rf"largest rank\s+peaks at {F} a DDP rank's"))),
     # The hybrid page's table against DDP and balanced (docs/strategies/hybrid.md).
-    Figure("hybrid, 4 ranks of two speeds", hybrid(r"speeds \[1, 1, 2, 2\]", "hybrid_m4"), (
-        *in_table("HybridParallelStrategy", rf"{F} on 4 ranks of speeds \[1, 1, 2, 2\]"),
-        Quote(INDEX, rf"it beat `balanced`\s+\({F} against"),
-        Quote(HYBRID, rf"\[1, 1, 2, 2\] neither beat DDP \(the pipeline {F}, balanced"),
-        Quote(BENCH, rf"\(the pipeline {F}; balanced"))),
-    Figure("balanced, 4 ranks of two speeds", hybrid(r"speeds \[1, 1, 2, 2\]", "balanced"), (
-        Quote(INDEX, rf"it beat `balanced`\s+\(\S+ against {F}\)"), Quote(HYBRID, rf"\(the pipeline \S+, balanced\s+{F}\)"),
-        Quote(BENCH, rf"\(the pipeline \S+; balanced {F}\)"))),
+    Figure("hybrid, 4 ranks of two speeds", hybrid(SHARES, "hybrid_2x2_m2_timed"), (
+        *in_table("HybridParallelStrategy", rf"placed on measured times {F} on 4 ranks of speeds \[1, 1, 2, 2\]"),
+        Quote(INDEX, rf"DDP and `balanced`\s+\({F} against"), Quote(HYBRID, rf"as CPU shares {F} as 2 replicas"),
+        Quote(HYBRID, rf"\*\*\S+ \(4 stages, M=4\) and {F} \(2 x 2, M=2\)\*\*"), Quote(BENCH, rf"wins \({F} as 2 x 2;"))),
+    Figure("balanced, 4 ranks of two speeds", hybrid(SHARES, "balanced"), (
+        *in_table("HybridParallelStrategy", rf"\(2 x 2; balanced {F}\)"), Quote(INDEX, rf"`balanced`\s+\(\S+ against {F}\)"),
+        Quote(HYBRID, rf"2 stages\s+\(balanced {F};"), Quote(BENCH, rf"2 x 2; balanced {F}\)"),
+        Quote(HYBRID, rf"balanced data parallelism reaches {F} DDP"))),
     Figure("hybrid, 2 ranks", hybrid(TWO_RANKS, "hybrid_m2"), (
         *in_table("HybridParallelStrategy", rf"{F} on 2 ranks \(balanced"), Quote(INDEX, rf"DDP against {F}\)"),
         Quote(HYBRID, rf"against the\s+pipeline's {F}\)"), Quote(BENCH, rf"the pipeline {F}\), and"))),
+    Figure("hybrid placed on measured times, speeds [1, 2]", hybrid(r"speeds \[1, 2\]", "hybrid_m2_timed"), (
+        Quote(HYBRID, rf"{F} DDP on\s+speeds \[1, 2\]"), Quote(HYBRID, rf"on speeds \[1, 2\] {F} DDP at M=2"),
+        Quote(HYBRID, rf"\({F} on \[1, 2\];"))),
     Figure("balanced, 2 ranks", hybrid(TWO_RANKS, "balanced"), (
         *in_table("HybridParallelStrategy", rf"\(balanced: {F}\)"), Quote(INDEX, rf"`balanced` beat it \({F} DDP"),
         Quote(HYBRID, rf"with 2 ranks \({F} DDP"), Quote(BENCH, rf"wins on 2 ranks \({F} DDP"),

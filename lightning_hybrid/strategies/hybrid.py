@@ -62,7 +62,7 @@ class HybridParallelStrategy(StageOnlyState, common.RoutedEvaluation, common.Unw
             1 is the FLOP/s rank 0 measures, see :mod:`lightning_hybrid.devices`), or ``None`` to measure each
             position's speed with a short probe.
         objective: GABRA's ``"bottleneck"`` or ``"paper"``.
-        placement_options: further GABRA options (``population``, ``t_max``, ...).
+        placement_options: ``block_cost`` (``"flops"``, or ``"time"``: blocks timed), GABRA's ``population``, ``t_max``, ...
         seed: GABRA's seed.
         gradient_sync: ``"sync"`` (average after each step) or ``"delayed"`` (applied ``delay`` steps later:
             the delayed all-reduce of :class:`~lightning_hybrid.AllReduceASGDStrategy`), across replicas.
