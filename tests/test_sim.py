@@ -250,13 +250,21 @@ print(throttled, share.group.exists())
 
 def test_a_cpu_share_is_a_quota_the_kernel_enforces_and_its_group_goes_with_it():
     """A busy process in a share of a quarter of a core is throttled by the scheduler (the kernel counts it);
-    leaving moves it back and removes its group. Without a writable CPU cgroup the error says what to do."""
+    leaving moves it back and removes its group, and the next share removes one a killed run left. Without a writable CPU cgroup the error says what to do."""
     from lightning_hybrid.sim.cpu_share import CpuShare, _hierarchy
 
     root = _hierarchy()
     if not os.access(root, os.W_OK):
         pytest.skip(f"no writable CPU cgroup hierarchy at {root} (sim.cpu_share needs root)")
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = root / "lightning_hybrid" / f"rank0-{dead.pid}"  # left by a run killed inside its share
+    live = root / "lightning_hybrid" / f"rank1-{os.getpid()}"  # another run's, just made: not touched
+    stale.mkdir(parents=True, exist_ok=True)
+    live.mkdir(exist_ok=True)
     out = subprocess.run([sys.executable, "-c", _SPIN_IN_A_SHARE], capture_output=True, text=True, check=True).stdout.split()
     assert int(out[0]) > 0 and out[1] == "False", out
+    assert not stale.exists() and live.exists()  # a group whose process is gone is removed by the next share made
+    live.rmdir()
     with pytest.raises(OSError, match="sim.cpu_share needs a writable CPU control group hierarchy.*sim.slowdown instead"):
         CpuShare(0.5, "test", root=Path("/proc/no-such-hierarchy")).open()

@@ -48,7 +48,15 @@ class CpuShare:
                 for parent in (self.root, self.root / "lightning_hybrid"):
                     parent.mkdir(exist_ok=True)
                     (parent / "cgroup.subtree_control").write_text("+cpu")
-            self.group.mkdir(parents=True, exist_ok=True)
+            self.group.parent.mkdir(parents=True, exist_ok=True)
+            for stale in self.group.parent.iterdir():  # groups left by killed runs: their process is gone
+                pid = stale.name.rpartition("-")[2]
+                if stale.is_dir() and pid.isdigit() and not Path(f"/proc/{pid}").exists():
+                    try:
+                        stale.rmdir()
+                    except OSError:  # not empty: a process it started lives on
+                        pass
+            self.group.mkdir(exist_ok=True)
             if v2:
                 (self.group / "cpu.max").write_text(f"{self.quota_us} {PERIOD_US}")
             else:
