@@ -238,12 +238,17 @@ _SPIN_IN_A_SHARE = """
 import time
 from lightning_hybrid.sim.cpu_share import CpuShare
 share = CpuShare(0.25, "test")
-with share:
-    stat = share.group / "cpu.stat"
-    end = time.perf_counter() + 0.3
-    while time.perf_counter() < end:
-        pass
-    throttled = dict(line.split() for line in stat.read_text().splitlines())["nr_throttled"]
+try:
+    share.open()
+except OSError as error:
+    print("unavailable:", error)
+    raise SystemExit(0)
+stat = share.group / "cpu.stat"
+end = time.perf_counter() + 0.3
+while time.perf_counter() < end:
+    pass
+throttled = dict(line.split() for line in stat.read_text().splitlines())["nr_throttled"]
+share.close()
 print(throttled, share.group.exists())
 """
 
@@ -262,7 +267,11 @@ def test_a_cpu_share_is_a_quota_the_kernel_enforces_and_its_group_goes_with_it()
     live = root / "lightning_hybrid" / f"rank1-{os.getpid()}"  # another run's, just made: not touched
     stale.mkdir(parents=True, exist_ok=True)
     live.mkdir(exist_ok=True)
-    out = subprocess.run([sys.executable, "-c", _SPIN_IN_A_SHARE], capture_output=True, text=True, check=True).stdout.split()
+    output = subprocess.run([sys.executable, "-c", _SPIN_IN_A_SHARE], capture_output=True, text=True, check=True).stdout
+    if output.startswith("unavailable:"):
+        live.rmdir()
+        pytest.skip(output.strip())  # e.g. cgroup v2 inside a container: controllers not delegated
+    out = output.split()
     assert int(out[0]) > 0 and out[1] == "False", out
     assert not stale.exists() and live.exists()  # a group whose process is gone is removed by the next share made
     live.rmdir()

@@ -41,6 +41,8 @@ class CpuShare:
         self._parent: Path | None = None
 
     def open(self) -> CpuShare:
+        if self._parent is not None:  # open already: its group is not the one to return to
+            return self
         v2 = (self.root / "cgroup.controllers").is_file()
         try:
             self._parent = _own_group(self.root, v2)
