@@ -86,7 +86,8 @@ def trace_blocks(model: nn.Module | Iterable[tuple[str, nn.Module]], example: to
             if out.requires_grad:
                 out.backward(torch.ones_like(out))
         param_sizes = [p.numel() * p.element_size() for p in block.parameters()]
-        shared = saved.get(_storage(inp), 0) if _storage(inp) in before else 0  # the block before's output, saved by both
+        key = _storage(inp)  # the block before's output: saved by both?
+        shared = saved.get(key, 0) if key in before else 0
         result.append((name, BlockTrace(
             flops=float(counter.get_total_flops()) * scale,
             saved_bytes=float(sum(saved.values())) * scale,

@@ -17,6 +17,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -45,19 +46,13 @@ class CpuShare:
             return self
         v2 = (self.root / "cgroup.controllers").is_file()
         try:
-            self._parent = _own_group(self.root, v2)
+            parent = _own_group(self.root, v2)
             if v2:  # the cpu controller must be enabled in each parent's subtree
-                for parent in (self.root, self.root / "lightning_hybrid"):
-                    parent.mkdir(exist_ok=True)
-                    (parent / "cgroup.subtree_control").write_text("+cpu")
+                for above in (self.root, self.root / "lightning_hybrid"):
+                    above.mkdir(exist_ok=True)
+                    (above / "cgroup.subtree_control").write_text("+cpu")
             self.group.parent.mkdir(parents=True, exist_ok=True)
-            for stale in self.group.parent.iterdir():  # groups left by killed runs: their process is gone
-                pid = stale.name.rpartition("-")[2]
-                if stale.is_dir() and pid.isdigit() and not Path(f"/proc/{pid}").exists():
-                    try:
-                        stale.rmdir()
-                    except OSError:  # not empty: a process it started lives on
-                        pass
+            _remove_stale_groups(self.group.parent)
             self.group.mkdir(exist_ok=True)
             if v2:
                 (self.group / "cpu.max").write_text(f"{self.quota_us} {PERIOD_US}")
@@ -70,17 +65,17 @@ class CpuShare:
                 f"sim.cpu_share needs a writable CPU control group hierarchy ({self.root}: {error.strerror or error}); "
                 "run as root (or in a delegated cgroup), or simulate speeds with sim.slowdown instead"
             ) from None
+        self._parent = parent  # open only once in its group
         return self
 
     def close(self) -> None:
-        """Move this process back to the group it came from and remove its own (once empty)."""
+        """Move this process back to the group it came from and remove its own (once empty: a loader worker
+        started in it may live on, and keeps it)."""
         if self._parent is None:
             return
-        try:
+        with contextlib.suppress(OSError):
             (self._parent / "cgroup.procs").write_text(str(os.getpid()))
             self.group.rmdir()
-        except OSError:  # another process started here (a loader worker) still lives in it
-            pass
         self._parent = None
 
     def __enter__(self) -> CpuShare:
@@ -88,6 +83,16 @@ class CpuShare:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _remove_stale_groups(parent: Path) -> None:
+    """Remove the groups in ``parent`` that killed runs left (named ``<name>-<pid>``, their process gone);
+    one still holding a process that run started stays."""
+    for group in parent.iterdir():
+        pid = group.name.rpartition("-")[2]
+        if group.is_dir() and pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            with contextlib.suppress(OSError):
+                group.rmdir()
 
 
 def _hierarchy() -> Path:
