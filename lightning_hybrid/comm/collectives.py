@@ -19,7 +19,8 @@ Example (inside an initialized process group)::
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import datetime
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -135,6 +136,22 @@ def receive_object(src: int, group: dist.ProcessGroup | None = None) -> Any:
     return holder[0]
 
 
+def wait_in_pieces(work: dist.Work, while_waiting: Callable[[], None], every_s: float = 1.0) -> None:
+    """Wait for a gloo collective ``every_s`` seconds at a time, calling ``while_waiting()`` between the
+    pieces (it may raise, to give up on a collective the other ranks will not join): a wait that a
+    plain ``work.wait()`` would make endless (a rank whose peers went elsewhere) ends with the caller's
+    error instead. A gloo work that timed out keeps running and can be waited for again."""
+    piece = datetime.timedelta(seconds=every_s)
+    while True:
+        try:
+            work.wait(timeout=piece)
+            return
+        except RuntimeError as err:
+            if "timed out" not in str(err).lower():
+                raise
+        while_waiting()
+
+
 class Pending:
     """A collective started in the background (:func:`start_all_reduce`, :func:`start_broadcast`);
     :meth:`wait` returns its result in the tensor it was started on, on that tensor's device."""
@@ -142,8 +159,14 @@ class Pending:
     def __init__(self, work: dist.Work, staged: torch.Tensor, into: torch.Tensor) -> None:
         self._work, self._staged, self._into = work, staged, into
 
-    def wait(self) -> torch.Tensor:
-        self._work.wait()
+    def wait(self, while_waiting: Callable[[], None] | None = None) -> torch.Tensor:
+        """The result, once the collective is complete. ``while_waiting``: called about every second
+        while this rank waits for it on a CPU (gloo) group (:func:`wait_in_pieces`); on a GPU the
+        host does not wait here (NCCL orders the streams)."""
+        if while_waiting is None or self._staged.device.type != "cpu":
+            self._work.wait()
+        else:
+            wait_in_pieces(self._work, while_waiting)
         return _copy_back(self._staged, self._into)
 
 

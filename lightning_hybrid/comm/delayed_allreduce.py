@@ -20,19 +20,28 @@ before it is applied at ``w_now``: ``g + lambda * g * g * (w_now - w_then)``, el
 Each average is applied with the learning rates in force when its gradients were computed (recorded
 by ``push``): a scheduler that moves the rate in between, at an epoch's end say, does not change the
 rate of steps already computed, exactly as under DDP.
+
+As under DDP (``find_unused_parameters=True``), a parameter without a gradient on any rank in a step
+(frozen, or unused in that step) gets no average: its ``.grad`` is left ``None`` and torch's optimizers
+do not step it, so weight decay and momentum do not move it; one with a gradient on some ranks only gets
+the average of the ranks' gradients, zeros for those without one. Each exchange carries which parameters
+had a gradient on each rank, beside the rank's stop request, at the end of its first bucket. A step's
+gradient clip (:class:`~lightning_hybrid.comm.clipping.Clip`) can be applied to its average, as DDP
+clips the average (:meth:`DelayedAllReduce.push` before clipping, ``clip=`` where the average is written).
 """
 
 from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from lightning_hybrid.comm.clipping import Clip
 from lightning_hybrid.comm.collectives import Pending, start_all_reduce
 from lightning_hybrid.comm.flat import flatten, gradients, slices
 from lightning_hybrid.comm.stop_signal import WIDTH, decode, encode
@@ -44,7 +53,7 @@ COMPENSATIONS = (None, "dc")
 class InFlight:
     """One exchange: this rank's values (gradients, or updates) being averaged with the other ranks'."""
 
-    buckets: list[torch.Tensor]  # flat buckets being all-reduced (summed in place); the first ends with the stop flags
+    buckets: list[torch.Tensor]  # flat buckets being all-reduced (summed in place); the first ends with the header
     works: list[Pending]
     weights: torch.Tensor | None  # the flat weights the gradient was computed at (for compensation)
     lrs: list[float] | None  # each parameter group's learning rate when the gradient was computed
@@ -52,6 +61,7 @@ class InFlight:
     tag: Any = None  # the caller's, e.g. the step that pushed it
     averaged: bool = False  # the all-reduce is complete and the buckets hold the average
     stop: int = 0  # the largest stop signal a rank's request carried in this exchange (once averaged)
+    used: torch.Tensor | None = None  # once averaged: which parameters had a gradient on some rank (bool)
 
     @property
     def average(self) -> torch.Tensor:
@@ -123,8 +133,11 @@ class DelayedAllReduce:
             the background while Lightning's run on the main thread.
         compensation: ``None`` or ``"dc"`` (delay compensation, see the module docstring).
         dc_lambda: DC-ASGD's lambda.
+        while_waiting: called about every second while this rank waits for an exchange to complete
+            (gloo; :func:`~lightning_hybrid.comm.collectives.wait_in_pieces`): it may raise, to end a
+            wait for ranks that will not come (their data ran out, a stop was asked for).
 
-    Each push also carries this rank's stop request (:mod:`~lightning_hybrid.comm.stop_signal`): once an
+    Each push also carries which parameters this rank has a gradient for and this rank's stop request (:mod:`~lightning_hybrid.comm.stop_signal`): once an
     exchange is complete, :attr:`stop` is the largest signal any rank asked for in it or an earlier
     one, the same on every rank after the same exchange, so that ranks that meet only here agree on a
     stop here.
@@ -138,8 +151,10 @@ class DelayedAllReduce:
         group: dist.ProcessGroup | None = None,
         compensation: str | None = None,
         dc_lambda: float = 0.04,
+        while_waiting: Callable[[], None] | None = None,
     ) -> None:
         validate(delay, compensation, dc_lambda, bucket_size_mb)
+        self.while_waiting = while_waiting
         self.params = list(params)
         self.delay = delay
         self.group = group
@@ -167,34 +182,49 @@ class DelayedAllReduce:
         return flatten(self.params)
 
     def push(self, lrs: Sequence[float] | None = None, stop: int = 0, values: Sequence[torch.Tensor] | None = None,
-             keep_local: bool = False, tag: Any = None) -> None:
+             keep_local: bool = False, tag: Any = None, used: Sequence[bool] | None = None) -> None:
         """Snapshot the current gradients (or ``values``, one tensor per parameter) into buckets and
         start their all-reduce, this rank's ``stop`` request (a signal number, 0: none) with them.
         ``lrs``: the learning rates to apply their average with (see :func:`step_at`); ``keep_local``:
-        keep a flat copy of this rank's own values beside the average (:attr:`InFlight.local`)."""
-        values = gradients(self.params) if values is None else list(values)
+        keep a flat copy of this rank's own values beside the average (:attr:`InFlight.local`);
+        ``used``: which parameters this rank has a value for (default: those whose ``.grad`` is not
+        None; with ``values``: all), the others counting as zeros."""
+        if values is None:
+            used = [p.grad is not None for p in self.params] if used is None else used
+            values = gradients(self.params)
+        else:
+            values = list(values)
+            used = [True] * len(values) if used is None else used
         local = flatten(values).clone() if keep_local else None  # before the all-reduces sum in place
         buckets, works = [], []
         for i, indices in enumerate(self.bucket_indices):
             pieces = [values[j] for j in indices]
-            bucket = flatten(pieces) if i else torch.cat([flatten(pieces), encode(stop, pieces[0].dtype, pieces[0].device)])
+            bucket = flatten(pieces) if i else torch.cat([flatten(pieces), self._header(used, stop, pieces[0])])
             self.bytes_sent += bucket.numel() * bucket.element_size()
             buckets.append(bucket)
             works.append(start_all_reduce(bucket, group=self.group))
         weights = self._flat_weights() if self.compensation == "dc" else None
         self._queue.append(InFlight(buckets, works, weights, None if lrs is None else list(lrs), local, tag))
 
+    def _header(self, used: Sequence[bool], stop: int, like: torch.Tensor) -> torch.Tensor:
+        """What the first bucket carries after its values: a count per parameter of the ranks with a
+        gradient for it, then the stop flags (:mod:`~lightning_hybrid.comm.stop_signal`)."""
+        counts = torch.tensor([1.0 if u else 0.0 for u in used], dtype=like.dtype, device=like.device)
+        return torch.cat([counts, encode(stop, like.dtype, like.device)])
+
     def _complete(self, item: InFlight) -> InFlight:
         if item.averaged:
             return item
         start = time.perf_counter()
         for work in item.works:
-            work.wait()
+            work.wait(self.while_waiting)
         self.wait_s += time.perf_counter() - start
         first = item.buckets[0]
+        header = len(self.params) + WIDTH
         item.stop = decode(first[-WIDTH:])
+        item.used = first[-header:-WIDTH] > 0.5
         self.stop = max(self.stop, item.stop)
-        item.buckets = [first[:-WIDTH].div_(self.world_size), *(b.div_(self.world_size) for b in item.buckets[1:])]
+        item.buckets = [first[:-header].div_(self.world_size), *(b.div_(self.world_size) for b in item.buckets[1:])]
         item.works, item.averaged = [], True
         return item
 
@@ -211,7 +241,7 @@ class DelayedAllReduce:
         checkpoint written between sync points must hold so that nothing computed is lost."""
         return [
             {"average": self._complete(item).average.clone(), "weights": item.weights, "lrs": item.lrs,
-             "local": item.local, "tag": item.tag}
+             "local": item.local, "tag": item.tag, "used": item.used}
             for item in self._queue
         ]
 
@@ -221,39 +251,53 @@ class DelayedAllReduce:
         them stopped on them; this one is a new run)."""
         restored = [
             InFlight([entry["average"].clone()], [], entry["weights"], entry["lrs"], entry.get("local"), entry.get("tag"),
-                     averaged=True)
+                     averaged=True, used=entry.get("used", torch.ones(len(self.params), dtype=torch.bool)))
             for entry in state
         ]
         self._queue.extendleft(reversed(restored))
 
-    def _write(self, item: InFlight) -> None:
+    def pending_items(self) -> list[InFlight]:
+        """The pending exchanges, oldest first, each waited for (still pending: nothing is handed back)."""
+        return [self._complete(item) for item in self._queue]
+
+    def write(self, item: InFlight, clip: Clip | None = None) -> None:
+        """Write an average (compensated; clipped by ``clip`` as DDP clips the average) into ``.grad``;
+        a parameter no rank had a gradient for gets ``None``, so that the optimizer leaves it alone."""
         flat = item.average
         if self.compensation == "dc":
             flat = flat + self.dc_lambda * flat * flat * (self._flat_weights() - item.weights)
-        for p, piece in zip(self.params, slices(flat, self.params)):
-            p.grad = piece.clone()
+        used = item.used if item.used is not None else [True] * len(self.params)
+        for p, piece, on in zip(self.params, slices(flat, self.params), used):
+            p.grad = piece.clone() if on else None
+        if clip is not None:
+            clip.apply([p.grad for p in self.params if p.grad is not None])
         self.loaded_lrs = item.lrs
 
-    def load_ready_into_grads(self) -> bool:
-        """If an average is ``delay`` pushes old, write it (compensated) into ``.grad``; say whether."""
+    def load_ready_into_grads(self, clip: Clip | None = None) -> bool:
+        """If an average is ``delay`` pushes old, write it (:meth:`write`) into ``.grad``; say whether."""
         item = self.pop_ready()
         if item is None:
             return False
-        self._write(item)
+        self.write(item, clip)
         return True
 
-    def drain_into_grads(self) -> Iterator[None]:
-        """Write every pending average into ``.grad``, oldest first, yielding after each (step then)."""
+    def drain_into_grads(self) -> Iterator[InFlight]:
+        """Write every pending average into ``.grad`` (:meth:`write`, unclipped), oldest first, yielding
+        after each (step then; the item is handed to the caller, who may clip the average first)."""
         while (item := self.pop_oldest()) is not None:
-            self._write(item)
-            yield
+            self.write(item)
+            yield item
 
-    def apply_pending(self, optimizer: torch.optim.Optimizer) -> int:
+    def apply_pending(self, optimizer: torch.optim.Optimizer,
+                      clip_of: Callable[[InFlight], Clip | None] | None = None) -> int:
         """At a sync point: step ``optimizer`` with every pending average, oldest first, each at the
-        learning rates pushed with it, then zero the gradients; return how many were applied (all
-        ranks call this at the same point)."""
+        learning rates pushed with it (and clipped by ``clip_of(item)`` when given), then zero the
+        gradients; return how many were applied (all ranks call this at the same point)."""
         applied = 0
-        for _ in self.drain_into_grads():
+        for item in self.drain_into_grads():
+            clip = clip_of(item) if clip_of is not None else None
+            if clip is not None:
+                clip.apply([p.grad for p in self.params if p.grad is not None])
             step_at(optimizer, self.loaded_lrs)
             applied += 1
         optimizer.zero_grad()
