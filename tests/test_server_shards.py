@@ -77,14 +77,16 @@ def test_combined_load_counts_every_shards_cpu_once_per_push():
 
 
 @contextlib.contextmanager
-def sharded_servers(shards, staleness, shared_memory):
-    """``shards`` server processes for 2 workers; yields the two workers' ShardedClients."""
+def sharded_servers(shards, staleness, shared_memory, sizes=(3, 1), **rule):
+    """``shards`` server processes for 2 workers over tensors of ``sizes`` values (``rule``: more
+    ServerSettings); yields the two workers' ShardedClients, or with one shard their plain clients
+    (as a strategy's workers get them)."""
     port = free_port()
     store = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
-    sizes = [3, 1]
-    plan = plan_shards(sizes, shards)
+    plan = plan_shards(list(sizes), shards)
     settings = [ServerSettings("127.0.0.1", port, f"s{i}/", workers=2, staleness=staleness, timeout=30,
-                               num_params=stop - start, shard=i, shards=shards) for i, (start, stop) in enumerate(plan.values)]
+                               num_params=stop - start, shard=i, shards=shards, **rule)
+                for i, (start, stop) in enumerate(plan.values)]
     procs = [start_server(s) for s in settings]
     pgs = {}
 
@@ -94,14 +96,15 @@ def sharded_servers(shards, staleness, shared_memory):
     threads = [threading.Thread(target=join, args=(w, s)) for w in (0, 1) for s in range(shards)]
     [t.start() for t in threads]
     [t.join() for t in threads]
-    clients = [ShardedClient([ParameterServerClient(pgs[w, s], w, server_name=settings[s].name) for s in range(shards)],
-                             plan) for w in (0, 1)]
+    clients = [[ParameterServerClient(pgs[w, s], w, server_name=settings[s].name) for s in range(shards)] for w in (0, 1)]
+    clients = [c[0] if shards == 1 else ShardedClient(c, plan) for c in clients]
     if shared_memory:
-        assert [c.attach_shared_memory(4) for c in clients] == ["shared_memory"] * 2
+        assert [c.attach_shared_memory(sum(sizes)) for c in clients] == ["shared_memory"] * 2
     yield clients
     load = clients[0].shutdown()
     assert [p.wait(timeout=10) for p in procs] == [0] * shards
-    assert load.pushes == clients[0].shard_loads[1].pushes
+    if shards > 1:
+        assert load.pushes == clients[0].shard_loads[1].pushes
     del store
 
 

@@ -280,6 +280,9 @@ def main() -> None:
     parser.add_argument("--max-steps", type=int, default=-1)
     parser.add_argument("--lr", type=float, default=0.1)
     parser.add_argument("--momentum", type=float, default=0.0)
+    parser.add_argument("--weight-decay", type=float, default=0.0, help="SGD weight_decay")
+    parser.add_argument("--freeze-first-layer", action="store_true",
+                        help="requires_grad_(False) on the MLP's first layer (still handed to the optimizer)")
     parser.add_argument("--slowdown", default=None, help="comma-separated factors per rank")
     parser.add_argument("--sim-where", default="compute", help="HeterogeneitySimulator(where=...) for --slowdown")
     parser.add_argument("--slow-rank", type=int, default=None, help="a user's own slowness on this rank (see --slow-by)")
@@ -422,9 +425,12 @@ def main() -> None:
         scheduler = {"scheduler": partial(torch.optim.lr_scheduler.StepLR, step_size=1, gamma=0.5), "interval": "step"}
     module = RecordingClassifier(
         MLP(activation="relu"), scheduler=scheduler,
-        optimizer=partial(torch.optim.Adam, lr=args.lr) if args.adam else partial(torch.optim.SGD, lr=args.lr, momentum=args.momentum),
+        optimizer=partial(torch.optim.Adam, lr=args.lr) if args.adam else partial(
+            torch.optim.SGD, lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay),
         compute_sleep=args.compute_sleep, sample_sleep=args.sample_sleep, log_step_sync=args.log_step_sync,
     )
+    if args.freeze_first_layer:  # a frozen layer the user's configure_optimizers still hands to SGD (all parameters)
+        module.net.hidden0.requires_grad_(False)
     if args.bf16_initial:
         with torch.no_grad():
             for p in module.parameters():

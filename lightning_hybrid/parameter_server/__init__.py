@@ -7,6 +7,8 @@
 * :mod:`~lightning_hybrid.parameter_server.client`: the workers' end of the protocol.
 * :mod:`~lightning_hybrid.parameter_server.sharding`: the parameters split over several server processes.
 * :mod:`~lightning_hybrid.parameter_server.sync_controller`: the staleness rules (BSP, delay, bounded, async).
+* :mod:`~lightning_hybrid.parameter_server.update_rule`: pushes into optimizer steps;
+  :mod:`~lightning_hybrid.parameter_server.gradient_mask`: only the parameters that had a gradient are stepped.
 * :mod:`~lightning_hybrid.parameter_server.dispenser`: handing out an epoch's batches on request.
 * :mod:`~lightning_hybrid.parameter_server.server_launch`: the servers seen from the workers: settings, processes, clients.
 * :mod:`~lightning_hybrid.parameter_server.epoch_stats`: a worker's figures of an epoch, gathered for logging.

@@ -166,6 +166,7 @@ class ParameterServerClient:
         read_version: int | None = None,
         batches: int = 1,
         shares: int = 0,
+        has_gradient: torch.Tensor | None = None,
     ) -> PullInfo:
         """Push a gradient; block until the server lets this worker go on; newest parameters into ``out``.
 
@@ -180,21 +181,26 @@ class ParameterServerClient:
         the last parameters this worker received). ``batches``: the dealt batches the gradient was
         computed on (the server deals them again if this worker is lost before pushing). ``shares``:
         batch mode, the lost workers' shares (a bit each) the sum covers, when the server asked for
-        them (``PullInfo.adopt``).
+        them (``PullInfo.adopt``). ``has_gradient``: one bool per parameter tensor, whether it had a
+        gradient (:func:`~lightning_hybrid.parameter_server.gradient_mask.has_gradient`; the server steps
+        only those); None: every tensor had one.
         """
-        return self.pulled(self.send_push(flat_grad, lrs, out, next_chunk_of_epoch, weight, read_version, batches, shares),
-                           out)
+        return self.pulled(self.send_push(flat_grad, lrs, out, next_chunk_of_epoch, weight, read_version, batches, shares,
+                                          has_gradient), out)
 
     def send_push(self, flat_grad: channel.Bulk, lrs: Sequence[float], out: channel.Bulk,
                   next_chunk_of_epoch: int | None = None, weight: int = 1, read_version: int | None = None,
-                  batches: int = 1, shares: int = 0) -> Push:
+                  batches: int = 1, shares: int = 0, has_gradient: torch.Tensor | None = None) -> Push:
         """The first half of :meth:`push`: send it, without waiting for the reply (:meth:`pulled`)."""
         self.mailbox.grow(channel.bulk_numel(out))
-        lr_tensor = torch.tensor(list(lrs), dtype=torch.float64)
+        payloads = [torch.tensor(list(lrs), dtype=torch.float64)]
+        if has_gradient is not None and not bool(has_gradient.all()):  # a mask only when some tensor had none
+            payloads.append(has_gradient.to(torch.uint8))
         want = -1 if next_chunk_of_epoch is None else next_chunk_of_epoch
         read = -1 if read_version is None else read_version
-        request = Push(len(lrs), channel.bulk_numel(flat_grad), want, weight, read, batches, shares)
-        self._send(request, [lr_tensor], bulk=flat_grad)
+        tensors = payloads[1].numel() if len(payloads) > 1 else 0
+        request = Push(len(lrs), channel.bulk_numel(flat_grad), want, weight, read, batches, shares, tensors)
+        self._send(request, payloads, bulk=flat_grad)
         return request
 
     def pulled(self, request: Push | Finish, out: channel.Bulk) -> PullInfo:

@@ -15,9 +15,10 @@ request            payloads after the header                   reply
 :class:`Init`      the pickled optimizer (uint8, ``nbytes``)   :class:`Initialized`
 :class:`Attach`    the segment's name (uint8, ``name_len``)    :class:`Attached`
 :class:`NextChunk`                                             :class:`Chunk` (+ int64 indices)
-:class:`Push`      learning rates (float64), the gradient      :class:`Parameters` (+ the next
-                   (bulk, ``numel`` values)                    chunk if asked for, + parameters:
-                                                               bulk)
+:class:`Push`      learning rates (float64), which tensors     :class:`Parameters` (+ the next
+                   had a gradient (uint8, ``tensors``; none    chunk if asked for, + parameters:
+                   when all had one), the gradient (bulk,      bulk)
+                   ``numel`` values)
 :class:`Finish`                                                :class:`Parameters` (+ parameters:
                                                                bulk),
                                                                at the epoch's global synchronization
@@ -129,7 +130,11 @@ class Push(Message):
     the worker's next batch of that epoch comes back with the parameters. ``weight``: what the
     gradient stands for when a round is averaged (1 per mini-batch, or samples summed in batch mode).
     ``read_version``: the step of the parameters the gradient was computed at, when the worker
-    already holds newer ones (it pushes while it computes: the staleness counts from there)."""
+    already holds newer ones (it pushes while it computes: the staleness counts from there).
+    ``tensors``: when some of the worker's parameter tensors (of this server's shard) had no gradient
+    (``.grad`` None: frozen, or unused), a mask of that many uint8 follows the learning rates, 1 where
+    the tensor had one; the server steps only the tensors that had a gradient in some push of the step,
+    as DDP does (:mod:`~lightning_hybrid.parameter_server.gradient_mask`). 0: no mask, every tensor had one."""
 
     op: ClassVar[int] = 3
     num_groups: int
@@ -139,6 +144,7 @@ class Push(Message):
     read_version: int = -1  # the server step the gradient was computed at; -1: the last one sent
     batches: int = 1  # the dealt batches this gradient was computed on (gradient accumulation: several)
     shares: int = 0  # batch mode: the lost workers' shares this sum covers, asked for by Parameters.adopt (0: own pass)
+    tensors: int = 0  # the length of the mask of tensors with a gradient that follows the learning rates (0: none, all had one)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,10 @@ and serves the requests of :mod:`~lightning_hybrid.parameter_server.protocol` on
   says when to step (by default every ``workers`` pushes, weighted by staleness, with the momentum
   corrected for it); with staleness 0 the round's gradients are averaged into one step, each weighted by the weight it comes with: 1 per mini-batch, or, in batch mode
   (cNeural, paper 002), the number of samples whose gradients a worker summed over its whole
-  shard, so that the step takes the mean gradient over the whole training set. Whether and when
+  shard, so that the step takes the mean gradient over the whole training set. A step moves only the
+  parameters that had a gradient in some push it averages (:mod:`~lightning_hybrid.parameter_server.gradient_mask`):
+  the others' ``.grad`` is None while the optimizer steps (weight decay and momentum leave them alone), as
+  under DDP; one with a gradient from some workers only gets the average, zeros from the others. Whether and when
   the worker gets the newest parameters back is the
   :class:`~lightning_hybrid.parameter_server.sync_controller.SyncController`'s decision.
 * ``Finish``: the worker's data ran out; when every worker has finished, all receive the same
@@ -59,6 +62,7 @@ from lightning_hybrid.parameter_server import channel
 from lightning_hybrid.parameter_server.adoption import adopter, shares_of
 from lightning_hybrid.parameter_server.channel import Payload, WorkerLostError
 from lightning_hybrid.parameter_server.dispenser import ChunkDispenser
+from lightning_hybrid.parameter_server.gradient_mask import stepping_only
 from lightning_hybrid.parameter_server.load import LoadMeter
 from lightning_hybrid.parameter_server.protocol import (
     ATTACH_FAILED, ATTACHED, NOT_ON_THIS_HOST, STOPPED_BY_SIGNAL, Attach, Attached, Bye, Chunk, Finish, GetState, Init, Initialized, Leave, Message, NextChunk, Parameters, Push, Refused, Shutdown, State, Stopping, StopRun,
@@ -66,7 +70,7 @@ from lightning_hybrid.parameter_server.protocol import (
 from lightning_hybrid.parameter_server.shared_memory import SharedSegment
 from lightning_hybrid.parameter_server.sync_controller import Decision, SyncController
 from lightning_hybrid.parameter_server.step_wait import StepWaits
-from lightning_hybrid.parameter_server.update_rule import UpdateRule
+from lightning_hybrid.parameter_server.update_rule import RoundSum, UpdateRule
 
 log = logging.getLogger(__name__)
 
@@ -76,10 +80,10 @@ class Optimization:
     """The optimizer and the authoritative parameters, from worker 0's ``Init``."""
 
     optimizer: torch.optim.Optimizer
+    params: list[torch.Tensor]  # in the optimizer's order, each ``.grad`` a view of ``flat_grads``
     flat_params: torch.Tensor
     flat_grads: torch.Tensor
-    round_sum: torch.Tensor | None = None  # staleness 0: the round's gradients, each times its weight
-    round_weight: int = 0  # staleness 0: the weights summed (pushes, or samples in batch mode)
+    round: RoundSum | None = None  # staleness 0: the round's pushes
 
 
 class ParameterServer:
@@ -202,8 +206,7 @@ class ParameterServer:
             optimizer.load_state_dict(state)  # the state moves to where the parameters are
         flat_params, flat_grads = flatten_in_place(params, self.device)
         self.inbox.grow(flat_params.numel())
-        round_sum = torch.zeros_like(flat_grads) if self.controller.bsp else None
-        self.opt = Optimization(optimizer, flat_params, flat_grads, round_sum)
+        self.opt = Optimization(optimizer, params, flat_params, flat_grads, RoundSum(flat_grads) if self.controller.bsp else None)
         self._configured_momentum = [group.get("momentum") for group in optimizer.param_groups]
         log.info(
             "%d parameters on %s, %d workers, staleness %s (%s)",
@@ -255,24 +258,23 @@ class ParameterServer:
             raise RuntimeError(
                 f"worker {worker} pushed {request.numel} gradient values; the server holds {opt.flat_grads.numel()} parameters"
             )
+        mask = self._gradient_mask(worker, request, payload, opt)
         grads = payload.bulk(request.numel)  # a view (mailbox or shared memory): used before this worker's reply
         if grads.device != self.device:
             grads = grads.to(self.device)
         for group, lr in zip(opt.optimizer.param_groups, lrs.tolist()):
             group["lr"] = lr
         if request.shares:  # a lost worker's shares of this pass, computed by its adopter
-            self._receive_owed(worker, request, grads)
+            self._receive_owed(worker, request, grads, mask)
             return
         read = request.read_version if request.read_version >= 0 else self.read_version[worker]
         staleness = self.version - read
         if self.stopped:
             pass  # the run has taken its steps: nothing more is applied
         elif self.controller.bsp:
-            opt.round_sum += grads  # a batch-mode push is already a sum over `weight` samples
-            opt.round_weight += request.weight
-        elif self.rule.add(grads, staleness, request.weight):
-            self.rule.take_average(out=opt.flat_grads)
-            self._step()
+            opt.round.add(grads, request.weight, mask)  # a batch-mode push is already a sum over `weight` samples
+        elif self.rule.add(grads, staleness, request.weight, mask):
+            self._step_rule_average()
             for w in self.waits.release_all():  # they waited for this step
                 self._send_params(w, with_chunk=True)
         self._last_staleness[worker] = staleness  # reported back with the parameters
@@ -302,13 +304,12 @@ class ParameterServer:
                 self._reply(worker, reply, bulk=self.opt.flat_params)
                 return
 
-    def _receive_owed(self, worker: int, request: Push, grads: torch.Tensor) -> None:
+    def _receive_owed(self, worker: int, request: Push, grads: torch.Tensor, mask: torch.Tensor | None) -> None:
         lost = next((w for w, asked in self._asked.items() if asked == worker and self._owed[w] == request.shares), None)
         if lost is None:
             raise RuntimeError(f"worker {worker} pushed the shares {request.shares:#x}, which nobody asked it for")
         del self._owed[lost], self._asked[lost]
-        self.opt.round_sum += grads
-        self.opt.round_weight += request.weight
+        self.opt.round.add(grads, request.weight, mask)
         log.warning("worker %d computed the pass of lost worker %d (%d samples)", worker, lost, request.weight)
         self._apply(self.controller.remove(lost))  # its pass is in: the round no longer waits for it
         self._ask_to_adopt(worker)
@@ -371,8 +372,7 @@ class ParameterServer:
         for w in sorted(self.controller.held):
             self._ask_to_adopt(w)
         if not self.controller.bsp and self.rule.pending and self.rule.pending >= self.rule.pushes_per_update:
-            self.rule.take_average(out=self.opt.flat_grads)  # the lost worker's share is no longer awaited
-            self._step()
+            self._step_rule_average()  # the lost worker's share is no longer awaited
         for w in self.waits.release_all():  # they waited for a step the lost worker was to complete
             self._send_params(w, with_chunk=True)
         self._end_epoch_if_all_finished()
@@ -410,11 +410,24 @@ class ParameterServer:
         self._reply(worker, State(data.numel()), data)
 
     # ---------------------------------------------------------------- internals
-    def _step(self) -> None:
+    def _gradient_mask(self, worker: int, request: Push, payload: Payload, opt: Optimization) -> torch.Tensor | None:
+        """Which of the server's tensors the push had a gradient for (a copy), or None when it had one for all."""
+        if request.tensors and request.tensors != len(opt.params):
+            raise RuntimeError(f"worker {worker} pushed a mask of {request.tensors} parameter tensors; the server holds {len(opt.params)}")
+        return payload.take(torch.uint8, request.tensors).bool() if request.tensors else None
+
+    def _step_rule_average(self) -> None:
+        """Staleness > 0: the step of the update rule's average of its pushes."""
+        self.rule.take_average(out=self.opt.flat_grads)
+        self._step(self.rule.stepped)
+
+    def _step(self, stepped: torch.Tensor | None) -> None:
+        """One optimizer step of the tensors ``stepped`` says had a gradient (None: all of them)."""
         for group, configured in zip(self.opt.optimizer.param_groups, self._configured_momentum):
             if configured is not None:  # SGD-style momentum, corrected for the asynchrony's own
                 group["momentum"] = self.rule.momentum(configured)
-        self.opt.optimizer.step()
+        with stepping_only(self.opt.params, stepped):
+            self.opt.optimizer.step()
         self.version += 1
         self.load.stepped()
         if self.stopped:
@@ -422,12 +435,8 @@ class ParameterServer:
 
     def _apply(self, decision: Decision, pusher: int | None = None) -> None:
         opt = self.opt
-        if decision.apply_round and opt.round_weight:
-            opt.flat_grads.copy_(opt.round_sum).div_(opt.round_weight)
-            self._step()
-        if decision.apply_round:
-            opt.round_sum.zero_()
-            opt.round_weight = 0
+        if decision.apply_round and opt.round.take_average(out=opt.flat_grads):
+            self._step(opt.round.stepped)
         for w in decision.release:
             if w == pusher and self._wait_for_step(w):
                 continue

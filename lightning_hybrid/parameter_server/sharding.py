@@ -175,15 +175,17 @@ class ShardedClient:
         )
 
     def push(self, flat_grad: Bulk, lrs: Sequence[float], out: Bulk, next_chunk_of_epoch: int | None = None,
-             weight: int = 1, read_version: int | None = None, batches: int = 1, shares: int = 0) -> PullInfo:
-        """Push each shard its slice of ``flat_grad``, all before waiting for any (they work at
-        once); each shard's slice of the newest parameters into ``out``."""
+             weight: int = 1, read_version: int | None = None, batches: int = 1, shares: int = 0,
+             has_gradient: torch.Tensor | None = None) -> PullInfo:
+        """Push each shard its slice of ``flat_grad`` (and of the per-tensor ``has_gradient``), all
+        before waiting for any (they work at once); each shard's slice of the newest parameters into ``out``."""
         reads = self._versions.get(read_version) if read_version is not None else None
         outs, grads = self._slices(out), self._slices(flat_grad)
+        masks = [None if has_gradient is None else has_gradient[first:end] for first, end in self.plan.tensors]
         sent = [
             client.send_push(grad, lrs, part, next_chunk_of_epoch if i == 0 else None, weight,
-                             None if reads is None else reads[i], batches, shares)
-            for i, (client, grad, part) in enumerate(zip(self.clients, grads, outs))
+                             None if reads is None else reads[i], batches, shares, mask)
+            for i, (client, grad, part, mask) in enumerate(zip(self.clients, grads, outs, masks))
         ]
         return self._merge([client.pulled(request, part) for client, request, part in zip(self.clients, sent, outs)])
 

@@ -38,6 +38,13 @@ switchable for comparison:
 With ``pushes_per_update=1``, ``staleness_lr=False`` and ``momentum_correction=False`` every push is
 a step at the user's learning rate and momentum (the rule before, and Zhang et al. 2017's).
 
+With staleness 0 there is no rule: each round (every worker's push, or in batch mode its pass's
+sum) is one step of the pushes' weighted mean (:class:`RoundSum`).
+
+A step has a gradient for the tensors that had one in any of the pushes averaged into it
+(``stepped``, read after ``take_average``); the server steps only those, as DDP does
+(:mod:`~lightning_hybrid.parameter_server.gradient_mask`).
+
 Example::
 
     >>> import torch
@@ -53,6 +60,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
+
+from lightning_hybrid.parameter_server.gradient_mask import PushedTensors
 
 #: How ``momentum_correction`` lowers SGD's momentum (see the module docstring); ``True`` is the first.
 MOMENTUM_CORRECTIONS = ("mean_delay", "subtract")
@@ -84,6 +93,10 @@ class UpdateRule:
     _sum: torch.Tensor | None = field(default=None, init=False, repr=False)
     _weight: int = field(default=0, init=False)
     _steps_since_sync: int = field(default=0, init=False, repr=False)
+    _pushed: PushedTensors = field(default_factory=PushedTensors, init=False, repr=False, compare=False)
+    #: After :meth:`take_average`: the tensors that had a gradient in any push averaged into it (one
+    #: bool each), or None when every tensor had one.
+    stepped: torch.Tensor | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.pushes_per_update, bool) or not isinstance(self.pushes_per_update, int) or self.pushes_per_update < 1:
@@ -105,9 +118,11 @@ class UpdateRule:
         """Pushes (weights) accumulated since the last step."""
         return self._weight
 
-    def add(self, gradient: torch.Tensor, staleness: int, weight: int = 1) -> bool:
+    def add(self, gradient: torch.Tensor, staleness: int, weight: int = 1, has_gradient: torch.Tensor | None = None) -> bool:
         """Accumulate a pushed gradient (the mean over its mini-batch) computed ``staleness`` optimizer
-        steps ago; return whether a step is due."""
+        steps ago, which had a gradient for the tensors ``has_gradient`` says (None: all); return
+        whether a step is due."""
+        self._pushed.add(has_gradient)
         scale = weight / max(1, staleness) if self.staleness_lr else weight
         if self._steps_since_sync >= self.restart_steps:
             # The implicit momentum comes from the updates as applied: each staleness counts with the
@@ -127,8 +142,9 @@ class UpdateRule:
 
     def take_average(self, out: torch.Tensor | None = None) -> torch.Tensor:
         """The accumulated gradients' weighted mean (divided by the pushes' total weight), into ``out``
-        when given (no allocation); resets."""
+        when given (no allocation); resets. The tensors it has a gradient for: :attr:`stepped`."""
         average = torch.div(self._sum, self._weight, out=out) if out is not None else self._sum / self._weight
+        self.stepped = self._pushed.take()
         self._weight = 0
         self._steps_since_sync += 1
         return average
@@ -146,3 +162,31 @@ class UpdateRule:
             return max(0.0, configured - self.mean_staleness / (1.0 + self.mean_staleness))
         delay = configured / (1.0 - configured) - self.mean_staleness  # the mean delay left to momentum
         return delay / (1.0 + delay) if delay > 0 else 0.0
+
+
+class RoundSum:
+    """Staleness 0: a round's pushes, each a gradient times its weight (1 per mini-batch, or a pass's
+    samples in batch mode), summed until the round is complete; its step takes their weighted mean."""
+
+    def __init__(self, like: torch.Tensor) -> None:
+        self._sum = torch.zeros_like(like)
+        self.weight = 0
+        self._pushed = PushedTensors()
+        #: After :meth:`take_average`: the tensors with a gradient in the round (as :attr:`UpdateRule.stepped`).
+        self.stepped: torch.Tensor | None = None
+
+    def add(self, gradient: torch.Tensor, weight: int, has_gradient: torch.Tensor | None = None) -> None:
+        """A push (``gradient`` already times ``weight``), with a gradient for the tensors ``has_gradient`` says."""
+        self._sum += gradient
+        self.weight += weight
+        self._pushed.add(has_gradient)
+
+    def take_average(self, out: torch.Tensor) -> bool:
+        """The round's weighted mean into ``out``, unless it holds no weight: whether it did; resets."""
+        self.stepped = self._pushed.take()
+        stepping = self.weight > 0
+        if stepping:
+            torch.div(self._sum, self.weight, out=out)
+        self._sum.zero_()
+        self.weight = 0
+        return stepping

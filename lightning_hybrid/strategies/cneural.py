@@ -22,6 +22,7 @@ from lightning_hybrid.comm.collectives import all_gather
 from lightning_hybrid.comm.delayed_allreduce import learning_rates
 from lightning_hybrid.comm.regroup import live_ranks
 from lightning_hybrid.parameter_server.adoption import adopted_shares
+from lightning_hybrid.parameter_server.gradient_mask import has_gradient
 from lightning_hybrid.strategies.gradient_sum import gradient_sum
 from lightning_hybrid.strategies.parameter_server import ParameterServerStrategy
 
@@ -105,6 +106,7 @@ class CNeuralStrategy(ParameterServerStrategy):
         self.staleness, self.sync = 0.0, "delay"  # the server collects one push per worker per pass
         # This pass's gradient sum (each mini-batch's gradient times its sample count).
         self._pass_grad: torch.Tensor | None = None
+        self._pass_has_grad: torch.Tensor | None = None  # the tensors with a gradient in any of its mini-batches
         self._pass_samples = 0
         self._step_samples = 0  # samples of the mini-batches since the last optimizer step
         self._pass_lrs: list[float] | None = None  # the learning rates in force at the pass's mini-batches
@@ -176,8 +178,9 @@ class CNeuralStrategy(ParameterServerStrategy):
         if not (epoch_loop._accumulated_batches_reached() or epoch_loop._num_ready_batches_reached()):
             return  # the user accumulates: .grad sums on
         if self._pass_grad is None:
-            self._pass_grad = torch.zeros_like(self._flat)
+            self._pass_grad, self._pass_has_grad = torch.zeros_like(self._flat), self._no_gradients()
         self._pass_grad.add_(self._flat_grad(), alpha=float(self._step_samples))
+        self._pass_has_grad |= has_gradient(self._params)
         self._pass_samples += self._step_samples
         self._step_samples = 0
         self._pass_lrs = learning_rates(optimizer)
@@ -188,36 +191,43 @@ class CNeuralStrategy(ParameterServerStrategy):
         took over); the server steps once every worker's share is in. A worker lost during this pass
         makes the server ask its adopter for its shares' sum before releasing anyone."""
         flat = self._pass_grad if self._pass_grad is not None else torch.zeros_like(self._flat)
+        has = self._pass_has_grad if self._pass_has_grad is not None else self._no_gradients()
         samples = self._pass_samples
         # An epoch-interval scheduler has already moved the optimizer to the next epoch's rate.
         lrs = self._pass_lrs if self._pass_lrs is not None else learning_rates(self.optimizers[0])
         adopted = adopted_shares(self.global_rank, self._members, self.num_workers)
         if adopted:
-            extra, extra_samples = self._shares_sum(adopted)
-            flat, samples = flat + extra, samples + extra_samples
-        info = self._timed(lambda: self.client.push(flat, lrs, self._flat, weight=samples))
+            extra, extra_samples, extra_has = self._shares_sum(adopted)
+            flat, samples, has = flat + extra, samples + extra_samples, has | extra_has
+        info = self._timed(lambda: self.client.push(flat, lrs, self._flat, weight=samples, has_gradient=has))
         while info.adopt:  # a worker was lost during this pass: its shares are this worker's to compute
             shares = info.adopt
-            extra, extra_samples = self._shares_sum(live_ranks(shares))
-            info = self._timed(lambda: self.client.push(extra, lrs, self._flat, weight=extra_samples, shares=shares))
+            extra, extra_samples, extra_has = self._shares_sum(live_ranks(shares))
+            info = self._timed(lambda: self.client.push(extra, lrs, self._flat, weight=extra_samples, shares=shares,
+                                                        has_gradient=extra_has))
         self._note(info)
-        self._pass_grad, self._pass_samples, self._step_samples, self._pass_lrs = None, 0, 0, None
+        self._pass_grad, self._pass_has_grad, self._pass_samples, self._step_samples, self._pass_lrs = None, None, 0, 0, None
         self._load_flat()
 
+    def _no_gradients(self) -> torch.Tensor:
+        """A mask of the parameter tensors with a gradient, none set yet."""
+        return torch.zeros(len(self._params), dtype=torch.bool)
+
     # ------------------------------------------------------------------ shares of lost workers
-    def _shares_sum(self, ranks: list[int]) -> tuple[torch.Tensor, int]:
+    def _shares_sum(self, ranks: list[int]) -> tuple[torch.Tensor, int, torch.Tensor]:
         """The gradient summed over the samples of workers ``ranks``' shares, at the parameters this
-        worker holds (those of the pass), and the number of samples."""
-        total, samples = torch.zeros_like(self._flat), 0
+        worker holds (those of the pass), the number of samples, and which tensors had a gradient."""
+        total, samples, has = torch.zeros_like(self._flat), 0, self._no_gradients()
         for rank in ranks:
             if rank not in self._taken_over:
                 self._taken_over.add(rank)
                 log.warning("worker rank %d: took over the data share of lost worker %d", self.global_rank, rank)
-            grad, count = gradient_sum(self.lightning_module, self._params, self._share_loader(rank),
-                                       self.batch_to_device, self.precision_plugin.train_step_context)
+            grad, count, share_has = gradient_sum(self.lightning_module, self._params, self._share_loader(rank),
+                                                  self.batch_to_device, self.precision_plugin.train_step_context)
             total.add_(grad)
             samples += count
-        return total, samples
+            has |= share_has
+        return total, samples, has
 
     def _share_loader(self, rank: int) -> DataLoader:
         """Worker ``rank``'s training data this epoch (resident shards are read once and kept)."""

@@ -5,7 +5,8 @@ What a cNeural worker computes for the data share of a worker that was lost duri
 the pass's own sum is built by Lightning's loop, batch by batch; a taken-over share is summed
 here, with the same ``training_step`` at the same parameters. The module's ``.grad`` fields are
 left alone, and ``self.log`` calls inside ``training_step`` do nothing (outside the loop there is
-nowhere to log to).
+nowhere to log to). Which parameters got a gradient comes with the sum: a frozen or unused one
+(zeros in the sum) is not stepped, as in the pass's own sum.
 """
 
 from __future__ import annotations
@@ -35,13 +36,17 @@ def gradient_sum(
     batches: Iterable[Any],
     to_device: Callable[[Any], Any] = lambda batch: batch,
     step_context: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
-) -> tuple[torch.Tensor, int]:
-    """``(sum over batches of the loss's gradient times the batch's size, samples)``: the gradient
-    of ``params`` (flattened, float32, CPU) summed over every sample, when ``training_step``
-    returns a batch's mean loss. A batch whose ``training_step`` returns None is skipped, as
-    Lightning skips it."""
+) -> tuple[torch.Tensor, int, torch.Tensor]:
+    """``(sum over batches of the loss's gradient times the batch's size, samples, has_gradient)``:
+    the gradient of ``params`` (flattened, float32, CPU) summed over every sample, when
+    ``training_step`` returns a batch's mean loss, and one bool per tensor of ``params``: whether
+    it got a gradient from any batch (a parameter with ``requires_grad=False``, or one the loss does
+    not use, gets zeros in the sum and False). A batch whose ``training_step`` returns None is
+    skipped, as Lightning skips it."""
     total = torch.zeros(sum(p.numel() for p in params), dtype=torch.float32)
     samples = 0
+    has = torch.zeros(len(params), dtype=torch.bool)
+    trainable = [i for i, p in enumerate(params) if p.requires_grad]
     with logging_off(module), torch.enable_grad():
         for index, batch in enumerate(batches):
             batch = to_device(batch)
@@ -50,7 +55,12 @@ def gradient_sum(
             loss = output["loss"] if isinstance(output, Mapping) else output
             if loss is None:
                 continue
-            grads = torch.autograd.grad(loss, list(params), allow_unused=True)
+            grads: list[torch.Tensor | None] = [None] * len(params)
+            if trainable and loss.requires_grad:
+                found = torch.autograd.grad(loss, [params[i] for i in trainable], allow_unused=True)
+                for i, g in zip(trainable, found):
+                    grads[i] = g
+            has |= torch.tensor([g is not None for g in grads], dtype=torch.bool)
             flat = torch.cat([
                 (g if g is not None else torch.zeros_like(p)).detach().reshape(-1).float().cpu()
                 for g, p in zip(grads, params)
@@ -58,4 +68,4 @@ def gradient_sum(
             count = extract_batch_size(batch)
             total.add_(flat, alpha=float(count))
             samples += count
-    return total, samples
+    return total, samples, has

@@ -27,6 +27,7 @@ from torch.utils.data import Sampler, SequentialSampler
 from lightning_hybrid.comm.flat import gradients
 from lightning_hybrid.parameter_server.client import PullInfo
 from lightning_hybrid.parameter_server.dispenser import chunks_per_epoch, segment_chunks
+from lightning_hybrid.parameter_server.gradient_mask import has_gradient
 from lightning_hybrid.parameter_server.protocol import DatasetShape
 from lightning_hybrid.parameter_server.sync_controller import validate_staleness
 from lightning_hybrid.parameter_server.update_rule import UpdateRule
@@ -368,15 +369,19 @@ class SSPStrategy(ParameterServerStrategy):
         want = None if self._data_epoch_over or self._dealt_epoch is None else self._dealt_epoch
         lrs, read = [group["lr"] for group in optimizer.param_groups], self._weights_version
         batches, self._batches_since_push = max(1, self._batches_since_push), 0
+        # Parameters without a gradient (frozen, unused) in any of the accumulated batches: not stepped.
+        has = has_gradient(self._params)
         if self._comm is None:
             # The gradients are read and the parameters written in place: no flat copy of the model here.
             grads = gradients(self._params)
-            info = self._timed(lambda: self.client.push(grads, lrs, self._params, want, read_version=read, batches=batches))
+            info = self._timed(lambda: self.client.push(grads, lrs, self._params, want, read_version=read, batches=batches,
+                                                        has_gradient=has))
             self._received(info, loaded=True)
             return
         grad = self._flat_grad()  # sent while the next batch computes: a copy the backward pass cannot touch
         self._settle()
-        self._in_flight = self._comm.submit(self.client.push, grad, lrs, self._flat, want, 1, read, batches)
+        self._in_flight = self._comm.submit(self.client.push, grad, lrs, self._flat, want, 1, read, batches,
+                                            has_gradient=has)
 
     def _settle(self) -> None:
         """Wait for the push in flight, if any, and take what its reply brings."""

@@ -13,6 +13,7 @@ from lightning_hybrid.comm.collectives import all_gather
 from lightning_hybrid.comm.delayed_allreduce import learning_rates
 from lightning_hybrid.comm.regroup import live_ranks
 from lightning_hybrid.parameter_server.adoption import adopted_shares
+from lightning_hybrid.parameter_server.gradient_mask import has_gradient
 from lightning_hybrid.lightning.strategies.gradient_sum import gradient_sum
 from lightning_hybrid.lightning.strategies.parameter_server import ParameterServerStrategy
 log = ...
@@ -65,7 +66,10 @@ class CNeuralStrategy(ParameterServerStrategy):
     def _before_sync(self) -> None:
         ...
 
-    def _shares_sum(self, ranks: list[int]) -> tuple[torch.Tensor, int]:
+    def _no_gradients(self) -> torch.Tensor:
+        ...
+
+    def _shares_sum(self, ranks: list[int]) -> tuple[torch.Tensor, int, torch.Tensor]:
         ...
 
     def _share_loader(self, rank: int) -> DataLoader:

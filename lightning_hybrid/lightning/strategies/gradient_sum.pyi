@@ -11,5 +11,5 @@ from lightning.pytorch.utilities.data import extract_batch_size
 def logging_off(module: pl.LightningModule) -> Iterator[None]:
     ...
 
-def gradient_sum(module: pl.LightningModule, params: Sequence[torch.Tensor], batches: Iterable[Any], to_device: Callable[[Any], Any]=lambda batch: batch, step_context: Callable[[], contextlib.AbstractContextManager]=contextlib.nullcontext) -> tuple[torch.Tensor, int]:
+def gradient_sum(module: pl.LightningModule, params: Sequence[torch.Tensor], batches: Iterable[Any], to_device: Callable[[Any], Any]=lambda batch: batch, step_context: Callable[[], contextlib.AbstractContextManager]=contextlib.nullcontext) -> tuple[torch.Tensor, int, torch.Tensor]:
     ...

@@ -17,6 +17,7 @@ from torch.utils.data import Sampler, SequentialSampler
 from lightning_hybrid.comm.flat import gradients
 from lightning_hybrid.parameter_server.client import PullInfo
 from lightning_hybrid.parameter_server.dispenser import chunks_per_epoch, segment_chunks
+from lightning_hybrid.parameter_server.gradient_mask import has_gradient
 from lightning_hybrid.parameter_server.protocol import DatasetShape
 from lightning_hybrid.parameter_server.sync_controller import validate_staleness
 from lightning_hybrid.parameter_server.update_rule import UpdateRule
