@@ -41,6 +41,9 @@ class Board:
     def post(self, key: str, value: str) -> None:
         self._store.set(key, value)
 
+    def delete(self, key: str) -> None:
+        self._store.delete_key(key)
+
     def read(self, key: str) -> str | None:
         """The value under ``key``, or None where nobody posted it (no waiting)."""
         if not self._store.check([key]):

@@ -20,11 +20,14 @@ Example (inside an initialized process group)::
 from __future__ import annotations
 
 import datetime
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 import torch.distributed as dist
+
+from lightning_hybrid.comm.flat import copy_into, flatten
 
 #: The parameter server's side channel (:mod:`lightning_hybrid.comm.channel`) carries CPU tensors.
 SIDE_CHANNEL_DEVICE = torch.device("cpu")
@@ -117,6 +120,26 @@ def all_gather_object(obj: Any, group: dist.ProcessGroup | None = None) -> list[
     return gathered
 
 
+def gather_object(obj: Any, dst: int, group: dist.ProcessGroup | None = None) -> list[Any] | None:
+    """Every rank's picklable ``obj``, in group rank order, on global rank ``dst`` alone (None elsewhere)."""
+    gathered: list[Any] | None = [None] * dist.get_world_size(group) if dist.get_rank() == dst else None
+    dist.gather_object(obj, gathered, dst=dst, group=group)
+    return gathered
+
+
+def broadcast_module_(module: torch.nn.Module, src: int, group: dist.ProcessGroup | None = None) -> None:
+    """Every rank takes global rank ``src``'s parameters and buffers of ``module`` (what DDP's wrapper does
+    when it wraps a module): one broadcast per dtype and device. Tensors on the meta device are left out."""
+    kinds: dict[tuple[torch.dtype, torch.device], list[torch.Tensor]] = {}
+    for tensor in [*module.parameters(), *module.buffers()]:
+        if tensor.device.type != "meta" and tensor.numel():
+            kinds.setdefault((tensor.dtype, tensor.device), []).append(tensor)
+    for tensors in kinds.values():
+        flat = flatten(tensors)
+        broadcast_(flat, src=src, group=group)
+        copy_into(flat, tensors)
+
+
 def broadcast_object(obj: Any, src: int, group: dist.ProcessGroup | None = None) -> Any:
     """Global rank ``src``'s picklable ``obj`` on every rank (the others pass anything, e.g. None)."""
     holder = [obj]
@@ -147,8 +170,20 @@ def wait_in_pieces(work: dist.Work, while_waiting: Callable[[], None], every_s: 
             work.wait(timeout=piece)
             return
         except RuntimeError as err:
+            if "not implemented" in str(err):  # a work wrapping a future (a simulated latency's): polled
+                break
             if "timed out" not in str(err).lower():
                 raise
+        while_waiting()
+    while True:
+        deadline = time.monotonic() + every_s
+        while not work.is_completed():
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(0.001)
+        else:
+            work.wait()
+            return
         while_waiting()
 
 

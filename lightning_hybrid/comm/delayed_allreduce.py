@@ -32,6 +32,7 @@ clips the average (:meth:`DelayedAllReduce.push` before clipping, ``clip=`` wher
 
 from __future__ import annotations
 
+import copy
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -259,6 +260,39 @@ class DelayedAllReduce:
     def pending_items(self) -> list[InFlight]:
         """The pending exchanges, oldest first, each waited for (still pending: nothing is handed back)."""
         return [self._complete(item) for item in self._queue]
+
+    def settled(self, optimizer: torch.optim.Optimizer, clip_of: Callable[[InFlight], Clip | None] | None = None,
+                ) -> tuple[list[torch.Tensor], dict[str, Any]]:
+        """The weights (in :attr:`params`' order) and ``optimizer``'s state dict after stepping with every
+        pending average (as :meth:`apply_pending` would), as copies; the rank's own are left as they are
+        (the same tensors, holding the same values)."""
+        weights = [p.detach().clone() for p in self.params]
+        grads = [p.grad for p in self.params]
+        states = {p: {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in optimizer.state[p].items()}
+                  for p in self.params if p in optimizer.state}
+        loaded = self.loaded_lrs
+        try:
+            for item in self.pending_items():
+                self.write(item, clip_of(item) if clip_of is not None else None)
+                step_at(optimizer, item.lrs)
+            return [p.detach().clone() for p in self.params], copy.deepcopy(optimizer.state_dict())
+        finally:
+            with torch.no_grad():
+                for p, w, g in zip(self.params, weights, grads):
+                    p.copy_(w)
+                    p.grad = g
+                    if p not in states:
+                        optimizer.state.pop(p, None)
+                        continue
+                    state = optimizer.state[p]
+                    for key in [k for k in state if k not in states[p]]:
+                        del state[key]
+                    for key, value in states[p].items():
+                        if isinstance(value, torch.Tensor) and isinstance(state.get(key), torch.Tensor):
+                            state[key].copy_(value)
+                        else:
+                            state[key] = value
+            self.loaded_lrs = loaded
 
     def write(self, item: InFlight, clip: Clip | None = None) -> None:
         """Write an average (compensated; clipped by ``clip`` as DDP clips the average) into ``.grad``;

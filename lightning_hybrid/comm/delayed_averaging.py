@@ -28,16 +28,16 @@ moment, with ``avg_s`` the ranks' mean of ``g_s`` clipped by step ``s``'s clip a
 * **Adam and AdamW** (the rule ``"adam"``): the same, for Adam's weights and both moments: after step
   ``t`` they are those of Adam fed ``avg_0, ..., avg_{t-D}, g_{t-D+1}^r, ..., g_t^r``, each step at its
   own learning rate, betas and epsilon (the moments of the average, as DDP's, wherever it is known). The
-  moments are not linear in the gradient's effect on the weights (the update divides by the square root
-  of the second one), so the correction takes steps ``s..t`` again: the moments before each of them are
-  rebuilt backwards from the current ones and the rank's own gradients of those steps (Adam's moment
-  updates are invertible), the steps are taken again with the average at ``s``, and the weights move by
-  the difference of the updates (AdamW's decay of the weights between them included): a few passes over
-  the parameters a step per step of delay, no copy of the state kept. Exact up to rounding (2e-5 in the
-  tests); with Adam's L2 ``weight_decay`` (added to the gradient; not AdamW's) the decay term of each
-  corrected step stays the one the rank computed at its own weights then (measured: within 1.6e-3 of the
-  replay at delay 2, where the replay is 4.9e-3 from DDP). ``amsgrad=True`` keeps a maximum of the second
-  moment over time that no correction can rebuild: it is treated as any other optimizer.
+  weights' response to a gradient goes through the square root of the second moment, so it is not
+  linear: the correction takes steps ``s..t`` again from the moments before step ``s`` (kept: one copy
+  of both moments, the moments of the oldest step still to be corrected), once with the rank's own
+  gradient at ``s`` and once with the average, and the weights move by the difference of the two runs'
+  updates (AdamW's decay of the weights between them included): about ten passes over the parameters a
+  step per step of delay. Exact up to rounding (2e-5 in the tests); with Adam's L2 ``weight_decay`` (added
+  to the gradient; not AdamW's) the decay term of each corrected step stays the one the rank computed at
+  its own weights then (measured: within 1.6e-3 of the replay at delay 2, where the replay is 4.9e-3
+  from DDP). ``amsgrad=True`` keeps a maximum of the second moment over time that no correction can
+  rebuild: it is treated as any other optimizer.
 * **Any other optimizer** (the rule ``"update"``): the exchanged value is the rank's *update*
   ``u_t^r = w_before - w_after`` of its own optimizer step, and when the average of step ``s`` arrives
   the weights move by ``u_s^r - avg_s(u)``: the weights are then ``w_0`` minus the ranks' mean updates up
@@ -194,6 +194,10 @@ class DelayedGradientAveraging:
         #: Averages applied (as corrections, or stepped with when synchronous).
         self.applied = 0
         self._exchanged: bool | None = None  # this step's exchange: started (False), synchronous and in (True)
+        #: "adam": each parameter's moments before the oldest step still to be corrected (None: none pending),
+        #: where the correction takes the steps again from (moments rebuilt backwards from the current ones would
+        #: not do: where a large new gradient dominates the second moment, rounding loses the old one).
+        self._moments_before: list[tuple[torch.Tensor, torch.Tensor]] | None = None
 
     @property
     def stop(self) -> int:
@@ -266,27 +270,40 @@ class DelayedGradientAveraging:
                       for g in self._group_of]
             if any(decays):
                 record.decay = torch.cat([p.detach().reshape(-1) * wd for p, wd in zip(self.params, decays)])
+            if self._moments_before is None:  # no step pending: its moments are where corrections start from
+                self._moments_before = [self._moments(p, s) for p, s in zip(self.params, states)]
         return record
+
+    @staticmethod
+    def _moments(p: torch.Tensor, state: Mapping[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        """A copy of Adam's moments of ``p`` (zeros before its first step)."""
+        if "exp_avg" not in state:
+            zeros = torch.zeros_like(p, dtype=torch.float32 if p.dtype in (torch.float16, torch.bfloat16) else p.dtype)
+            return zeros, zeros.clone()
+        return state["exp_avg"].clone(), state["exp_avg_sq"].clone()
 
     # ------------------------------------------------------------------ corrections
     def _correct(self, item: InFlight) -> None:
         """Apply the average of step ``item.tag`` to this rank's state, as the rule says."""
-        self._apply_correction(item, self.params, lambda p: self.optimizer.state.get(p))
+        self._moments_before = self._apply_correction(item, self.params, lambda p: self.optimizer.state.get(p),
+                                                      self._moments_before)
         self.applied += 1
         for k in [k for k in self._history if k <= int(item.tag)]:
             del self._history[k]
 
     def _apply_correction(self, item: InFlight, params: Sequence[torch.Tensor],
-                          state_of: Callable[[torch.Tensor], dict | None]) -> None:
+                          state_of: Callable[[torch.Tensor], dict | None],
+                          moments: list[tuple[torch.Tensor, torch.Tensor]] | None) -> list | None:
         """Correct ``params`` (the rank's, or copies) and the optimizer state ``state_of`` gives for each
-        of the rank's parameters by the average of step ``item.tag``."""
+        of the rank's parameters by the average of step ``item.tag``; ``moments``: Adam's before that step
+        (not changed); returns them before the next step (None once nothing is pending)."""
         s = int(item.tag)
         record = self._history[s]
         if self.rule == "update":
             with torch.no_grad():
                 for p, piece in zip(params, slices(record.local - item.average, self.params)):
                     p.add_(piece.to(p.dtype))
-            return
+            return moments
         average = item.average.clone()
         used = item.used if item.used is not None else torch.ones(len(self.params), dtype=torch.bool)
         if record.clip is not None:
@@ -294,6 +311,7 @@ class DelayedGradientAveraging:
         delta = average - record.local
         steps = [self._history[k] for k in range(s, self.steps)]
         responses: dict[tuple, tuple[float, ...]] = {}
+        moments = list(moments) if moments is not None else None
         with torch.no_grad():
             for i, (p, own, piece) in enumerate(zip(self.params, params, slices(delta, self.params))):
                 if not used[i]:
@@ -306,7 +324,9 @@ class DelayedGradientAveraging:
                         responses[key] = sgd_response([step.hyper[g] for step in steps], steps[0].first[i], stepped)
                     self._correct_sgd(own, state_of(p), piece, *responses[key])
                 else:
-                    self._correct_adam(i, own, state_of(p), piece, steps)
+                    assert moments is not None
+                    moments[i] = self._correct_adam(i, own, state_of(p), piece, steps, moments[i])
+        return moments if len(steps) > 1 else None
 
     @staticmethod
     def _correct_sgd(param: torch.Tensor, state: dict | None, delta: torch.Tensor, a: float, b: float) -> None:
@@ -316,50 +336,44 @@ class DelayedGradientAveraging:
             buffer.add_(delta.to(buffer.dtype), alpha=b)
 
     def _correct_adam(self, i: int, param: torch.Tensor, state: dict | None, delta: torch.Tensor,
-                      steps: Sequence[_Step]) -> None:
+                      steps: Sequence[_Step], before: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """Adam's state and weights as if step ``s`` (the first of ``steps``, the rest the rank's own since)
-        had taken the average: the moments before each step rebuilt backwards from the current ones and
-        the rank's own gradients, then steps ``s..t`` taken again with the average at ``s``; each step's
-        update, and the weights, move by the difference (AdamW's decay of the weights included). ``delta``:
-        the average minus the rank's own gradient of step ``s``."""
+        had taken the average: steps ``s..t`` taken again from the moments ``before`` step ``s``, once with
+        the rank's own gradient at ``s`` (what it did) and once with the average; the moments become the
+        second run's, and the weights move by the difference of the two runs' updates (AdamW's decay of
+        the weights between them included). ``delta``: the average minus the rank's own gradient of step
+        ``s``. Returns the moments before step ``s + 1``, the average's."""
         if not state or "exp_avg" not in state:
-            return
+            return before
         g = self._group_of[i]
         exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
-        own = []  # the gradient each step's moments saw: sign * g + L2 decay * w
-        for step in steps:
-            sign = -1.0 if step.hyper[g]["maximize"] else 1.0
-            e = self._piece(step.local, i).to(exp_avg.dtype) * sign
-            own.append(e + self._piece(step.decay, i).to(exp_avg.dtype) if step.decay is not None else e)
-        m, v = exp_avg.clone(), exp_avg_sq.clone()
-        before: list[tuple[torch.Tensor, torch.Tensor]] = []  # each step's moments after it, as they are now
-        for step, e in zip(reversed(steps), reversed(own)):
-            before.append((m, v))
-            if step.stepped[i]:
-                beta1, beta2 = step.hyper[g]["betas"]
-                m = (m - (1.0 - beta1) * e) / beta1
-                v = ((v - (1.0 - beta2) * e * e) / beta2).clamp_(min=0.0)
-        before.reverse()
         sign = -1.0 if steps[0].hyper[g]["maximize"] else 1.0
+        (m_own, v_own), (m, v) = before, before
         moved = torch.zeros_like(exp_avg)
-        for k, (step, e, (m_old, v_old)) in enumerate(zip(steps, own, before)):
+        after_first = before
+        for k, step in enumerate(steps):
+            h = step.hyper[g]
             if not (step.stepped[i] or k == 0):
                 continue
-            h = step.hyper[g]
+            e = self._piece(step.local, i).to(exp_avg.dtype) * (-1.0 if h["maximize"] else 1.0)
+            if step.decay is not None:
+                e = e + self._piece(step.decay, i).to(exp_avg.dtype)
             beta1, beta2 = h["betas"]
-            if k == 0:
-                e = e + sign * delta.to(e.dtype)
-            m = beta1 * m + (1.0 - beta1) * e
-            v = beta2 * v + (1.0 - beta2) * e * e
-            count = step.counts[i]
             if h["decoupled"] and step.stepped[i]:
                 moved.mul_(1.0 - h["lr"] * h["weight_decay"])
-            moved.sub_(self._adam_update(m, v, h, count))
             if step.stepped[i]:
-                moved.add_(self._adam_update(m_old, v_old, h, count))
+                m_own, v_own = beta1 * m_own + (1.0 - beta1) * e, beta2 * v_own + (1.0 - beta2) * e * e
+                moved.add_(self._adam_update(m_own, v_own, h, step.counts[i]))
+            if k == 0:
+                e = e + sign * delta.to(e.dtype)
+            m, v = beta1 * m + (1.0 - beta1) * e, beta2 * v + (1.0 - beta2) * e * e
+            moved.sub_(self._adam_update(m, v, h, step.counts[i]))
+            if k == 0:
+                after_first = (m, v)
         exp_avg.copy_(m)
         exp_avg_sq.copy_(v)
         param.add_(moved.to(param.dtype))
+        return after_first
 
     @staticmethod
     def _adam_update(m: torch.Tensor, v: torch.Tensor, h: Mapping[str, Any], count: int) -> torch.Tensor:
@@ -383,6 +397,7 @@ class DelayedGradientAveraging:
         weights and optimizer state to the bit (one broadcast of each)."""
         self._drain()
         self._history.clear()
+        self._moments_before = None
         source = dist.get_global_rank(self.group, 0) if self.group is not None else 0
         weights = flatten(self.params)
         broadcast_(weights, src=source, group=self.group)
@@ -403,8 +418,9 @@ class DelayedGradientAveraging:
         weights = [p.detach().clone() for p in self.params]
         states = {p: {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in self.optimizer.state.get(p, {}).items()}
                   for p in self.params}
+        moments = self._moments_before
         for item in self.exchange.pending_items():
-            self._apply_correction(item, weights, states.get)
+            moments = self._apply_correction(item, weights, states.get, moments)
         return dict(zip(self.params, weights)), states
 
     # ------------------------------------------------------------------ checkpoints
@@ -413,7 +429,7 @@ class DelayedGradientAveraging:
         applied (its own values among them): with the rank's weights and optimizer state, what a
         checkpoint written between sync points must hold so that a resumed run corrects as this one would."""
         return {"steps": self.steps, "rule": self.rule, "pending": self.exchange.pending_state(),
-                "history": {k: vars(v) for k, v in self._history.items()}}
+                "history": {k: vars(v) for k, v in self._history.items()}, "moments_before": self._moments_before}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state.get("rule", self.rule) != self.rule:
@@ -422,4 +438,5 @@ class DelayedGradientAveraging:
         self.steps = int(state["steps"])
         self.exchange.load_pending_state(state["pending"])
         self._history = {int(k): _Step(**v) for k, v in state["history"].items()}
+        self._moments_before = state.get("moments_before")
 

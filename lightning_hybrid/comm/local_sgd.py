@@ -46,7 +46,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -117,12 +117,15 @@ class LocalSGD:
         fragments: ``F``, parts of the model synchronised in turn.
         wire_dtype: ``"fp32"`` or ``"bf16"``: the pseudo-gradients' dtype in the all-reduce.
         group: the process group (a group of its own: the averages run in the background).
+        while_waiting: called about every second while this rank waits for an average (gloo; it may raise,
+            to end a wait for ranks that will not come: :func:`~lightning_hybrid.comm.collectives.wait_in_pieces`).
     """
 
     def __init__(self, params: Sequence[torch.Tensor], sync_every: int, delay: int = 0, outer: str = "average",
                  outer_lr: float = 0.7, outer_momentum: float = 0.9, fragments: int = 1, wire_dtype: str = "fp32",
-                 group: dist.ProcessGroup | None = None) -> None:
+                 group: dist.ProcessGroup | None = None, while_waiting: Callable[[], None] | None = None) -> None:
         validate(sync_every, delay, outer, outer_lr, outer_momentum, fragments, wire_dtype)
+        self.while_waiting = while_waiting
         self.params = list(params)
         self.sync_every, self.delay, self.group = sync_every, delay, group
         self.outer_name, self.outer_lr, self.outer_momentum = outer, outer_lr, outer_momentum
@@ -176,7 +179,7 @@ class LocalSGD:
         """One outer step on ``theta`` with an average as its gradient."""
         if isinstance(item, Pending):
             start = time.perf_counter()
-            item = item.wait()
+            item = item.wait(self.while_waiting)
             self.wait_s += time.perf_counter() - start
         self.stop = max(self.stop, decode(item[-WIDTH:]))
         fragment.theta.grad = item[:-WIDTH].to(torch.float32).div_(self.world_size)
@@ -216,7 +219,7 @@ class LocalSGD:
             for i, item in enumerate(fragment.pending):
                 if isinstance(item, Pending):
                     start = time.perf_counter()
-                    item = fragment.pending[i] = item.wait()
+                    item = fragment.pending[i] = item.wait(self.while_waiting)
                     self.wait_s += time.perf_counter() - start
                 pending.append(item.clone())
             fragments.append({"theta": fragment.theta.clone(), "outer": fragment.outer.state_dict(),

@@ -17,15 +17,18 @@ import torch
 from pytorch_lightning.trainer.states import TrainerFn
 from pytorch_lightning.utilities.rank_zero import rank_zero_info, rank_zero_warn
 
-from lightning_hybrid.comm.delayed_allreduce import DelayedAllReduce, learning_rates, step_at, validate
+from lightning_hybrid.comm.clipping import Clip
+from lightning_hybrid.comm.delayed_allreduce import DelayedAllReduce, InFlight, learning_rates, step_at, validate
 from lightning_hybrid.comm.delayed_averaging import DelayedGradientAveraging
 from lightning_hybrid.parameter_server.update_rule import MOMENTUM_CORRECTIONS, UpdateRule
 from lightning_hybrid.strategies import common
+from lightning_hybrid.strategies.clip_record import ClipRecord
+from lightning_hybrid.strategies.even_batches import EvenBatches, even_batches
 from lightning_hybrid.strategies.meeting import Agreement, Carried, EveryBatch
 from lightning_hybrid.strategies.rank_states import RankStates
 
-#: Where a checkpoint written between sync points keeps the pending averages (``method="pipe_sgd"``:
-#: the same on every rank).
+#: Where a checkpoint written between sync points keeps the pending averages and the model they are still to
+#: be applied to (``method="pipe_sgd"``: the same on every rank): ``{"pending", "weights", "optimizer"}``.
 PENDING_KEY = "lightning_hybrid_pending_averages"
 METHODS = ("dga", "pipe_sgd")
 
@@ -162,6 +165,10 @@ class AllReduceASGDStrategy(RankStates, common.UnwrappedDDPStrategy):
         self.pushed = 0
         self.applied = 0
         self._restored_pending: list[dict] | None = None  # pipe_sgd: from a checkpoint written between sync points
+        self._restored_live: dict[str, Any] | None = None  # pipe_sgd: that checkpoint's model before its pending averages
+        self._clips: ClipRecord | None = None
+        self._pending_clips: dict[int, Clip | None] = {}  # pipe_sgd: each pending average's step's clip
+        self._even: EvenBatches | None = None
 
     # ------------------------------------------------------------------ checks
     def check_trainer(self, trainer: pl.Trainer, model: pl.LightningModule | None) -> None:
@@ -179,15 +186,64 @@ class AllReduceASGDStrategy(RankStates, common.UnwrappedDDPStrategy):
         return self.averaging.state_dict()
 
     def save_checkpoint(self, checkpoint: dict[str, Any], filepath: Any, storage_options: Any = None) -> None:
-        """A checkpoint written between sync points also holds what is in flight (see the class docstring)."""
-        if self.exchange is not None and self.exchange.pending and self.is_global_zero:
-            checkpoint = {**checkpoint, PENDING_KEY: self.exchange.pending_state()}
+        """A checkpoint written between sync points also holds what is in flight (see the class docstring),
+        and at its top level the model a sync point would give every rank now (rank 0's with its pending
+        averages applied), so that it loads as the run's model anywhere."""
+        pending = (self.averaging is not None and self.averaging.pending) or (self.exchange is not None and self.exchange.pending)
+        if pending and self.is_global_zero:
+            live = checkpoint
+            checkpoint = self._settled(checkpoint)
+            if self.exchange is not None:
+                checkpoint[PENDING_KEY] = {"pending": self.exchange.pending_state(), "weights": live["state_dict"],
+                                           "optimizer": live["optimizer_states"][0]}
         super().save_checkpoint(checkpoint, filepath, storage_options=storage_options)
+
+    def _settled(self, checkpoint: dict[str, Any]) -> dict[str, Any]:
+        """``checkpoint`` with the weights and optimizer state this rank holds once its pending averages are applied."""
+        optimizer = common.unwrap_optimizer(self.optimizers[0])
+        if self.averaging is not None:
+            weights, states = self.averaging.settled()
+            optimizer_state = optimizer.state_dict()
+            order = [p for group in optimizer.param_groups for p in group["params"]]
+            optimizer_state["state"] = {i: states[p] for i, p in enumerate(order) if states[p]}
+        else:
+            flat_weights, optimizer_state = self.exchange.settled(optimizer, self._clip_of)
+            weights = dict(zip(self.exchange.params, flat_weights))
+        names = {p: name for name, p in self.lightning_module.named_parameters()}
+        state_dict = dict(checkpoint["state_dict"])
+        state_dict.update({names[p]: w.detach().cpu() for p, w in weights.items() if p in names})
+        return {**checkpoint, "state_dict": state_dict,
+                "optimizer_states": [optimizer_state, *checkpoint.get("optimizer_states", [])[1:]]}
 
     def load_checkpoint(self, checkpoint_path: Any, weights_only: bool | None = None) -> dict[str, Any]:
         checkpoint = super().load_checkpoint(checkpoint_path, weights_only=weights_only)
-        self._restored_pending = checkpoint.pop(PENDING_KEY, None)
+        saved = checkpoint.pop(PENDING_KEY, None)
+        saved = {"pending": saved} if isinstance(saved, list) else saved  # before 2026-11-29: the top level was live
+        self._restored_pending = saved["pending"] if saved else None
+        self._restored_live = saved if saved and "weights" in saved else None
         return checkpoint
+
+    def load_model_state_dict(self, checkpoint: Any, strict: bool = True) -> None:
+        """A ``pipe_sgd`` checkpoint written between sync points resumes from the model its pending averages
+        are still to be applied to (its top level holds them applied)."""
+        if self._restored_live is not None:
+            checkpoint = {**checkpoint, "state_dict": self._restored_live["weights"]}
+        super().load_model_state_dict(checkpoint, strict=strict)
+
+    def load_optimizer_state_dict(self, checkpoint: Any) -> None:
+        if self._restored_live is not None:
+            checkpoint = {**checkpoint, "optimizer_states": [self._restored_live["optimizer"]]}
+        super().load_optimizer_state_dict(checkpoint)
+
+    def on_epoch_start(self, trainer: pl.Trainer) -> None:
+        """Every rank's loader gives as many batches (where known)."""
+        if self._even is not None:
+            self._even.check_lengths(trainer)
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        if self._even is not None:
+            self._even.on_batch()
+        super().on_train_batch_start(batch, batch_idx)
 
     def on_sync_start(self, trainer: pl.Trainer) -> None:
         """Warn of a delay that an epoch cannot fill (its length is known only now)."""
@@ -207,15 +263,18 @@ class AllReduceASGDStrategy(RankStates, common.UnwrappedDDPStrategy):
         optimizer, params = self.setup_exchange(trainer)
         self._steps = self.pushed = self.applied = 0
         self._configured_momentum = [group.get("momentum") for group in optimizer.param_groups]
+        self._clips, self._pending_clips = ClipRecord(self.precision_plugin), {}
+        self._even = even_batches(self)
         if self.method == "dga":
             self.averaging = DelayedGradientAveraging(common.unwrap_optimizer(optimizer), self.delay, self.bucket_size_mb,
-                                                      group=self.exchange_group)
+                                                      group=self.exchange_group, while_waiting=self._even.while_waiting)
             if self.restored is not None and self.restored["own"] is not None:  # resumed between sync points
                 self.averaging.load_state_dict(self.restored["own"])
                 self.pushed = self.averaging.pending
         else:
             self.exchange = DelayedAllReduce(params, self.delay, self.bucket_size_mb, group=self.exchange_group,
-                                             compensation=self.compensation, dc_lambda=self.dc_lambda)
+                                             compensation=self.compensation, dc_lambda=self.dc_lambda,
+                                             while_waiting=self._even.while_waiting)
             self._correct_momentum(optimizer)
             if self._restored_pending:  # resumed between sync points: the averages the checkpoint held
                 self.exchange.load_pending_state(self._restored_pending)
@@ -250,30 +309,56 @@ class AllReduceASGDStrategy(RankStates, common.UnwrappedDDPStrategy):
             return super().optimizer_step(optimizer, closure, model, **kwargs)
         model = model or self.lightning_module
         start = time.perf_counter()
+        unwrapped = common.unwrap_optimizer(optimizer)
 
-        def timed_closure() -> Any:
+        def exchanging_closure() -> Any:
+            """Forward and backward, then this step's exchange started before Lightning clips the gradients (DDP
+            clips the average); a synchronous step's average in ``.grad`` before clipping and the hooks."""
             result = closure()
             self._compute_s = time.perf_counter() - start
+            self._waited_s, self._sent = self._exchange.wait_s, self._exchange.bytes_sent
+            self._start_exchange(unwrapped)
             return result
 
-        step = common.ReplacedStep(common.unwrap_optimizer(optimizer), self._exchange_and_step)
-        return self.precision_plugin.optimizer_step(step, model=model, closure=timed_closure, **kwargs)
+        step = common.ReplacedStep(unwrapped, self._step)
+        return self.precision_plugin.optimizer_step(step, model=model, closure=exchanging_closure, **kwargs)
 
-    def _exchange_and_step(self, optimizer: torch.optim.Optimizer) -> None:
+    @property
+    def _exchange(self) -> DelayedAllReduce:
         exchange = self.averaging.exchange if self.averaging is not None else self.exchange
-        assert exchange is not None and self._carried is not None
-        waited, sent = exchange.wait_s, exchange.bytes_sent
-        warming_up = self._steps < self.warmup_steps
+        assert exchange is not None
+        return exchange
+
+    @property
+    def _synchronous(self) -> bool:
+        """This step is DDP's: a warm-up step, or every step at ``delay=0``."""
+        return self._steps < self.warmup_steps or self.delay == 0
+
+    def _start_exchange(self, optimizer: torch.optim.Optimizer) -> None:
+        stop = self.requested_stop()
         if self.averaging is not None:
-            self.averaging.step(stop=self.requested_stop(), synchronous=warming_up)
+            self.averaging.exchange_gradients(stop=stop, synchronous=self._synchronous)
+            return
+        self.exchange.push(learning_rates(optimizer), stop=stop, tag=self._steps)  # applied later at this step's rates
+        if self._synchronous:
+            for _ in self.exchange.drain_into_grads():  # this step's average, at once (nothing else is pending)
+                pass
+
+    def _step(self, optimizer: torch.optim.Optimizer) -> None:
+        """In place of the optimizer's step, after Lightning clipped the gradients."""
+        assert self._carried is not None and self._clips is not None
+        exchange, clip = self._exchange, self._clips.take()
+        if self.averaging is not None:
+            self.averaging.step(stop=self.requested_stop(), synchronous=self._synchronous, clip=clip)
             self.applied = self.averaging.applied
+        elif self._synchronous:
+            optimizer.step()  # the average, clipped by Lightning
+            self.applied += 1
         else:
-            exchange.push(learning_rates(optimizer), stop=self.requested_stop())  # applied later at this step's rates
-            if warming_up:
-                for _ in exchange.drain_into_grads():  # synchronous: this step's average, at once
-                    step_at(optimizer, exchange.loaded_lrs)
-                    self.applied += 1
-            elif exchange.load_ready_into_grads():
+            self._pending_clips[self._steps] = clip
+            item = exchange.pop_ready()
+            if item is not None:
+                exchange.write(item, self._clip_of(item, forget=True))
                 step_at(optimizer, exchange.loaded_lrs)
                 self.applied += 1
         self.pushed += 1
@@ -281,18 +366,24 @@ class AllReduceASGDStrategy(RankStates, common.UnwrappedDDPStrategy):
         self._carried.heard(exchange.stop)
         module = self.lightning_module
         module.log("asgd/compute_s", self._compute_s, on_step=True, on_epoch=False)
-        module.log("asgd/wait_s", exchange.wait_s - waited, on_step=True, on_epoch=False)
-        module.log("asgd/bytes_sent", float(exchange.bytes_sent - sent), on_step=True, on_epoch=False)
+        module.log("asgd/wait_s", exchange.wait_s - self._waited_s, on_step=True, on_epoch=False)
+        module.log("asgd/bytes_sent", float(exchange.bytes_sent - self._sent), on_step=True, on_epoch=False)
+
+    def _clip_of(self, item: InFlight, forget: bool = False) -> Clip | None:
+        """How the step that pushed ``item`` clipped its own gradient (``method="pipe_sgd"``)."""
+        return self._pending_clips.pop(item.tag, None) if forget else self._pending_clips.get(item.tag)
 
     def sync_point(self) -> None:
         """Apply every pending average, oldest first; every rank then holds one model (all ranks call this
-        at the same point)."""
+        at the same point, after agreeing that they trained as many batches)."""
+        if self._even is not None and (self.averaging is not None or self.exchange is not None):
+            self._even.agree()
         if self.averaging is not None:
             self.averaging.sync()
             self.applied = self.averaging.applied
             self._carried.heard(self.averaging.stop)
         elif self.exchange is not None:
-            self.applied += self.exchange.apply_pending(self.optimizers[0])
+            self.applied += self.exchange.apply_pending(self.optimizers[0], lambda item: self._clip_of(item, forget=True))
             self._carried.heard(self.exchange.stop)
 
     def on_sync_end(self) -> None:
@@ -305,5 +396,6 @@ class AllReduceASGDStrategy(RankStates, common.UnwrappedDDPStrategy):
                 if configured is not None:
                     group["momentum"] = configured
         self.exchange = self.averaging = None
-        self.restored = None
+        self.restored = self._clips = self._even = self._restored_live = None
+        self._pending_clips = {}
         super().teardown()

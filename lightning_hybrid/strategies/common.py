@@ -17,54 +17,13 @@ from pytorch_lightning.strategies.launchers import _SubprocessScriptLauncher
 from pytorch_lightning.trainer.states import TrainerFn
 from pytorch_lightning.utilities.rank_zero import rank_zero_info
 
-from lightning_hybrid.comm.collectives import ddp_group, workers_backend
-from lightning_hybrid.pipeline.module_contract import pipeline_blocks
+from lightning_hybrid.comm.collectives import broadcast_module_, ddp_group, workers_backend
 from lightning_hybrid.strategies.capabilities import Capabilities
 from lightning_hybrid.strategies.checkpoint_io import AtomicCheckpointIO
 from lightning_hybrid.strategies.forked_ranks import fork_ranks
 from lightning_hybrid.strategies.meeting import Agreement, Deferred, EveryBatch, meeting
 from lightning_hybrid.strategies.process_watch import CHILD_GRACE_S, LAUNCHER_PID_ENV, ProcessWatch, die_with_parent
-
-
-class SyncPoints(Callback):
-    """Calls a strategy at the points where Lightning reads, saves or reduces the model:
-    ``strategy.on_sync_start(trainer)`` when training starts, ``strategy.sync_before_validation()``
-    (by default ``sync_point()``) before validation during fitting, ``strategy.sync_point()`` at the
-    end of each training epoch (before checkpoints are
-    written), then ``strategy.after_epoch_sync(pl_module)``, and ``strategy.on_sync_end()`` when
-    fitting ends. Strategies whose ranks drift apart or hold pending work settle it in ``sync_point``."""
-
-    def __init__(self, strategy: Any) -> None:
-        self.strategy = strategy
-
-    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.strategy.on_sync_start(trainer)
-        self._sync_before_validation(trainer)
-
-    def _sync_before_validation(self, trainer: pl.Trainer) -> None:
-        """Make the fit's validation loop call ``sync_point()`` before it prepares its data: that
-        preparation reduces across ranks (are the loaders' lengths known everywhere?) before any
-        validation hook runs, and the ranks must meet there already (an epoch's first validation
-        with ``check_val_every_n_epoch > 1``, or reloaded loaders). The sanity check is left out."""
-        val_loop = trainer.fit_loop.epoch_loop.val_loop
-        if getattr(val_loop.setup_data, "after_sync_point", False):
-            return
-        setup_data = val_loop.setup_data
-
-        def setup_data_after_sync_point() -> None:
-            if not trainer.sanity_checking:
-                self.strategy.sync_before_validation()
-            setup_data()
-
-        setup_data_after_sync_point.after_sync_point = True
-        val_loop.setup_data = setup_data_after_sync_point
-
-    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.strategy.sync_point()
-        self.strategy.after_epoch_sync(pl_module)
-
-    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.strategy.on_sync_end()
+from lightning_hybrid.strategies.sync_points import SyncPoints
 
 
 class CheckingLauncher(_SubprocessScriptLauncher):
@@ -429,7 +388,16 @@ class UnwrappedDDPStrategy(CheckedDDPStrategy):
     exchange_group: Any = None
 
     def _setup_model(self, model: torch.nn.Module) -> torch.nn.Module:
-        return model  # no DDP wrapper
+        """No DDP wrapper, but what it does first: every rank takes rank 0's parameters and buffers (ranks that
+        built different weights, unseeded, train one model), unless this rank resumes its own state."""
+        if not self.keeps_own_model():
+            broadcast_module_(model, src=0)
+        return model
+
+    def keeps_own_model(self) -> bool:
+        """Whether this rank's model is its own at set-up (a checkpoint written between sync points gave
+        each rank its own weights), so that rank 0's is not broadcast."""
+        return False
 
     def setup_exchange(self, trainer: pl.Trainer) -> tuple[torch.optim.Optimizer, list[torch.Tensor]]:
         """A fit's checks (:meth:`check_trainer`), then its one optimizer and that optimizer's
@@ -450,6 +418,9 @@ class UnwrappedDDPStrategy(CheckedDDPStrategy):
     def on_sync_start(self, trainer: pl.Trainer) -> None:
         """Training starts."""
 
+    def on_epoch_start(self, trainer: pl.Trainer) -> None:
+        """A training epoch starts (every rank)."""
+
     def sync_point(self) -> None:
         """Before validation and at each training epoch's end."""
 
@@ -462,36 +433,3 @@ class UnwrappedDDPStrategy(CheckedDDPStrategy):
 
     def on_sync_end(self) -> None:
         """Fitting ends."""
-
-
-class RoutedEvaluation:
-    """Mixin for a strategy whose validation, test and predict steps run the module's block
-    sequence (``pipeline_blocks()``) another way: while a step runs, the sequence's ``forward`` is
-    the function the subclass's ``routed_forward(blocks_seq)`` returns, so the module's own step
-    logic (loss, metrics, argmax) stays.
-    Put it before the strategy base class."""
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        if not callable(getattr(cls, "routed_forward", None)):
-            raise TypeError(
-                f"{cls.__name__} uses RoutedEvaluation: define routed_forward(self, blocks_seq), returning the "
-                "function that replaces blocks_seq.forward during validation, test and predict"
-            )
-
-    def _through_routed_blocks(self, hook: str, *args: Any, **kwargs: Any) -> Any:
-        blocks_seq = pipeline_blocks(self.lightning_module)
-        blocks_seq.forward = self.routed_forward(blocks_seq)  # instance attribute: nn.Module calls it
-        try:
-            return getattr(super(), hook)(*args, **kwargs)
-        finally:
-            del blocks_seq.forward
-
-    def validation_step(self, *args: Any, **kwargs: Any) -> Any:
-        return self._through_routed_blocks("validation_step", *args, **kwargs)
-
-    def test_step(self, *args: Any, **kwargs: Any) -> Any:
-        return self._through_routed_blocks("test_step", *args, **kwargs)
-
-    def predict_step(self, *args: Any, **kwargs: Any) -> Any:
-        return self._through_routed_blocks("predict_step", *args, **kwargs)

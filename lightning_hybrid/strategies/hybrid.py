@@ -16,12 +16,11 @@ from typing import Any
 import pytorch_lightning as pl
 import torch
 from lightning_fabric.utilities.optimizer import _optimizers_to_device
-from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.overrides.distributed import _sync_module_states
 from pytorch_lightning.trainer.states import TrainerFn
 from pytorch_lightning.utilities.rank_zero import rank_zero_warn
 
-from lightning_hybrid.comm.collectives import all_gather_object, broadcast_object
+from lightning_hybrid.comm.collectives import all_gather_object, broadcast_module_, broadcast_object
 from lightning_hybrid.comm.delayed_allreduce import DelayedAllReduce
 from lightning_hybrid.devices import Device, PeakMemory, devices_in_flops, free_memory, probe_speed, held_bytes
 from lightning_hybrid.pipeline import Mesh, PipelineParallel, StageModule, pipeline_blocks, pipeline_inputs, pipeline_loss
@@ -29,15 +28,18 @@ from lightning_hybrid.pipeline.materialize import is_freed
 from lightning_hybrid.pipeline.stage_adoption import meta_outside_blocks
 from lightning_hybrid.pipeline.stage_executor import describe_stage_times, stage_time_metrics
 from lightning_hybrid.placement import Placement
-from lightning_hybrid.placement.figure import format_placement, placement_figure, placement_summary
+from lightning_hybrid.placement.figure import placement_summary
 from lightning_hybrid.placement.pipeline_options import check_pipeline_options, check_stage_sizes
 from lightning_hybrid.placement.pipeline_stages import plan_stages
 from lightning_hybrid.strategies import common
+from lightning_hybrid.strategies.even_batches import refuse_uneven_loaders
+from lightning_hybrid.strategies.placement_logging import log_placement
+from lightning_hybrid.strategies.routed_evaluation import RoutedEvaluation
 from lightning_hybrid.strategies.stage_state import StageOnlyState
 
 log = logging.getLogger(__name__)
 
-class HybridParallelStrategy(StageOnlyState, common.RoutedEvaluation, common.UnwrappedDDPStrategy):
+class HybridParallelStrategy(StageOnlyState, RoutedEvaluation, common.UnwrappedDDPStrategy):
     """Pipeline parallelism x data parallelism, with the stages placed on devices by GABRA (or another method).
 
     The LightningModule's block sequence (``pipeline_blocks()``, see
@@ -230,6 +232,8 @@ class HybridParallelStrategy(StageOnlyState, common.RoutedEvaluation, common.Unw
                     "plans its stages at setup then, from the shape of one sample: set input_shape, e.g. "
                     "HybridParallelStrategy(input_shape=[1, 28, 28]) or strategy.input_shape=[1,28,28]"
                 )
+        if trainer.state.fn == TrainerFn.FITTING and not is_freed(module) and self.placement is None:
+            broadcast_module_(module, src=0)  # DDP's start: rank 0's model, before any rank frees the other stages
         if self.input_shape is not None and self.placement is None:
             example = torch.zeros(self._micro_batch_size_hint(trainer), *self.input_shape, device="meta")
             self._adopt(self._agreed_placement(module, example))
@@ -328,6 +332,8 @@ class HybridParallelStrategy(StageOnlyState, common.RoutedEvaluation, common.Unw
             checkpointed=bool(getattr(sequence, "checkpoint_blocks", False)),
         )
         self._planned_for = module
+        if self.data_parallel > 1:  # the replicas of a stage start alike (materialised ones too)
+            broadcast_module_(self.pipeline.stage_module, src=torch.distributed.get_global_rank(self._dp_group, 0), group=self._dp_group)
         if self.global_rank == 0:
             names = [name for name, _ in named]
             log.info("HybridParallelStrategy: %s", placement_summary(self.placement, devices, names, self.mesh.order))
@@ -335,30 +341,11 @@ class HybridParallelStrategy(StageOnlyState, common.RoutedEvaluation, common.Unw
         return self.pipeline
 
     def _log_placement(self, devices: list[Device], names: list[str]) -> None:
-        """Rank 0, once planned: the placement in use to each of the Trainer's TensorBoard loggers, as
-        text (``add_text``) and as a figure (``add_figure``, tag ``"placement"``, step 0; matplotlib)."""
+        """Rank 0, once planned: the placement in use to the Trainer's TensorBoard loggers (:func:`log_placement`)."""
         trainer = getattr(self.lightning_module, "_trainer", None)
-        loggers = [lg for lg in (trainer.loggers if trainer is not None else []) if isinstance(lg, TensorBoardLogger)]
-        if not loggers:
-            return
         ranks = [[self.mesh.stage_rank(r, s) for r in range(self.data_parallel)] for s in range(self.pipeline_stages)]
-        # stage times are per micro-batch: the blocks were profiled on one micro-batch of the first batch
-        drawn = dict(placement=self.placement, devices=devices, block_names=names, ranks=ranks, time_unit="micro-batch")
-        text = format_placement(**drawn)
-        text += f"\n\n{self.schedule_name} schedule, {self.micro_batches} micro-batches per batch, {self.data_parallel} replica(s)"
-        try:
-            figure = placement_figure(**drawn, micro_batches=self.micro_batches, schedule=self.schedule_name)
-        except ImportError:
-            figure = None
-            rank_zero_warn(
-                'HybridParallelStrategy logs its placement to TensorBoard as text only: matplotlib is not installed; '
-                '`pip install "lightning-hybrid[plots]"` draws the placement figure too.',
-                category=UserWarning,
-            )
-        for i, logger in enumerate(loggers):
-            logger.experiment.add_text("placement", text, global_step=0)
-            if figure is not None:  # closed once the last logger has it
-                logger.experiment.add_figure("placement", figure, global_step=0, close=i == len(loggers) - 1)
+        log_placement(trainer.loggers if trainer is not None else [], self.placement, devices, names, ranks,
+                      self.schedule_name, self.micro_batches)
 
     @property
     def stage_module(self) -> StageModule | None:
@@ -430,6 +417,9 @@ class HybridParallelStrategy(StageOnlyState, common.RoutedEvaluation, common.Unw
         self._replica_exchange().push()
         if self.exchange.load_ready_into_grads():
             optimizer.step()
+
+    def on_epoch_start(self, trainer: pl.Trainer) -> None:
+        refuse_uneven_loaders(type(self).__name__, trainer)  # every stage and replica takes as many batches
 
     def sync_point(self) -> None:
         if self.exchange is None:

@@ -16,6 +16,7 @@ from pytorch_lightning.utilities.rank_zero import rank_zero_warn
 
 from lightning_hybrid.comm.local_sgd import LocalSGD, validate
 from lightning_hybrid.strategies import common
+from lightning_hybrid.strategies.even_batches import EvenBatches, even_batches
 from lightning_hybrid.strategies.meeting import Agreement, Carried, EveryBatch
 from lightning_hybrid.strategies.rank_states import RankStates
 
@@ -85,6 +86,7 @@ class LocalSGDStrategy(RankStates, common.UnwrappedDDPStrategy):
         self.outer_optimizer, self.outer_lr, self.outer_momentum = outer_optimizer, outer_lr, outer_momentum
         self.local: LocalSGD | None = None
         self._carried: Carried | None = None
+        self._even: EvenBatches | None = None
 
     # ------------------------------------------------------------------ checks
     def check_trainer(self, trainer: pl.Trainer, model: pl.LightningModule | None) -> None:
@@ -103,8 +105,10 @@ class LocalSGDStrategy(RankStates, common.UnwrappedDDPStrategy):
         if trainer.state.fn != TrainerFn.FITTING:
             return
         _, params = self.setup_exchange(trainer)
+        self._even = even_batches(self)
         self.local = LocalSGD(params, self.sync_every, self.delay, self.outer_optimizer, self.outer_lr,
-                              self.outer_momentum, self.fragments, self.wire_dtype, group=self.exchange_group)
+                              self.outer_momentum, self.fragments, self.wire_dtype, group=self.exchange_group,
+                              while_waiting=self._even.while_waiting)
         if self.restored is not None:
             self.local.load_state_dict(self.restored["shared"])
         self.attach_sync_points(trainer)
@@ -114,6 +118,16 @@ class LocalSGDStrategy(RankStates, common.UnwrappedDDPStrategy):
         if self.sync_every > steps:
             rank_zero_warn(f"LocalSGDStrategy(sync_every={self.sync_every}) is longer than an epoch ({steps:g} optimizer "
                            "steps): every round ends early at the epoch's sync point")
+
+    def on_epoch_start(self, trainer: pl.Trainer) -> None:
+        """Every rank's loader gives as many batches (where known)."""
+        if self._even is not None:
+            self._even.check_lengths(trainer)
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        if self._even is not None:
+            self._even.on_batch()
+        super().on_train_batch_start(batch, batch_idx)
 
     # ------------------------------------------------------------------ the step
     def optimizer_step(self, optimizer: Any, closure: Callable[[], Any], model: Any = None, **kwargs: Any) -> Any:
@@ -128,8 +142,10 @@ class LocalSGDStrategy(RankStates, common.UnwrappedDDPStrategy):
         return result
 
     def sync_point(self) -> None:
-        """End every round early, apply every pending average: every rank holds the shared weights."""
+        """End every round early, apply every pending average: every rank holds the shared weights (after the
+        ranks agreed that they trained as many batches)."""
         if self.local is not None:
+            self._even.agree()
             self.local.sync(stop=self.requested_stop())
             self._carried.heard(self.local.stop)
 
@@ -145,6 +161,6 @@ class LocalSGDStrategy(RankStates, common.UnwrappedDDPStrategy):
         return self.local.state_dict()
 
     def teardown(self) -> None:
-        self.local = None
+        self.local = self._even = None
         self.restored = None
         super().teardown()

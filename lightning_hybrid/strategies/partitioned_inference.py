@@ -24,7 +24,8 @@ from lightning_hybrid.partition.spatial_executor import DistributedExecutor, Lay
 from lightning_hybrid.partition.network import FC_PARTITIONS, PartitionPlan, plan_partition
 from lightning_hybrid.partition.spatial import CONV_PARTITIONS, SPATIAL_LAYERS, PartitionError
 from lightning_hybrid.pipeline.module_contract import pipeline_blocks
-from lightning_hybrid.strategies.common import RoutedEvaluation, UnwrappedDDPStrategy
+from lightning_hybrid.strategies.common import UnwrappedDDPStrategy
+from lightning_hybrid.strategies.routed_evaluation import RoutedEvaluation
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from lightning_hybrid.comm.collectives import all_gather_object
+from lightning_hybrid.comm.collectives import gather_object
 
 
 class RankStates:
@@ -39,13 +39,19 @@ class RankStates:
         """This rank's own algorithm state, besides its weights and optimizer state (None: none)."""
         return None
 
+    def keeps_own_model(self) -> bool:
+        """A run resumed from a checkpoint written between sync points starts from each rank's own weights."""
+        return self.restored is not None
+
     def save_checkpoint(self, checkpoint: dict[str, Any], filepath: Any, storage_options: Any = None) -> None:
-        """Every rank calls this; where the ranks differ, each one's state is gathered to rank 0's file."""
+        """Every rank calls this; where the ranks differ, each one's state is gathered to rank 0 (alone: the
+        other ranks hold only their own) for its file."""
         if self.ranks_differ():
             own = ({k: v.detach().cpu() for k, v in self.lightning_module.state_dict().items()},
                    self.optimizers[0].state_dict(), self.own_state())
-            checkpoint = {**checkpoint, self.rank_states_key: {"shared": self.shared_state(),
-                                                               "ranks": all_gather_object(own)}}
+            ranks = gather_object(own, dst=0)
+            if ranks is not None:
+                checkpoint = {**checkpoint, self.rank_states_key: {"shared": self.shared_state(), "ranks": ranks}}
         super().save_checkpoint(checkpoint, filepath, storage_options=storage_options)
 
     def load_checkpoint(self, checkpoint_path: Any, weights_only: bool | None = None) -> dict[str, Any]:

@@ -7,10 +7,13 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_warn
-from lightning_hybrid.comm.delayed_allreduce import DelayedAllReduce, learning_rates, step_at, validate
+from lightning_hybrid.comm.clipping import Clip
+from lightning_hybrid.comm.delayed_allreduce import DelayedAllReduce, InFlight, learning_rates, step_at, validate
 from lightning_hybrid.comm.delayed_averaging import DelayedGradientAveraging
 from lightning_hybrid.parameter_server.update_rule import MOMENTUM_CORRECTIONS, UpdateRule
 from lightning_hybrid.lightning.strategies import common
+from lightning_hybrid.strategies.clip_record import ClipRecord
+from lightning_hybrid.lightning.strategies.even_batches import EvenBatches, even_batches
 from lightning_hybrid.lightning.strategies.meeting import Agreement, Carried, EveryBatch
 from lightning_hybrid.strategies.rank_states import RankStates
 PENDING_KEY = ...
@@ -39,7 +42,22 @@ class AllReduceASGDStrategy(RankStates, common.UnwrappedDDPStrategy):
     def save_checkpoint(self, checkpoint: dict[str, Any], filepath: Any, storage_options: Any=None) -> None:
         ...
 
+    def _settled(self, checkpoint: dict[str, Any]) -> dict[str, Any]:
+        ...
+
     def load_checkpoint(self, checkpoint_path: Any, weights_only: bool | None=None) -> dict[str, Any]:
+        ...
+
+    def load_model_state_dict(self, checkpoint: Any, strict: bool=True) -> None:
+        ...
+
+    def load_optimizer_state_dict(self, checkpoint: Any) -> None:
+        ...
+
+    def on_epoch_start(self, trainer: pl.Trainer) -> None:
+        ...
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
         ...
 
     def on_sync_start(self, trainer: pl.Trainer) -> None:
@@ -57,7 +75,21 @@ class AllReduceASGDStrategy(RankStates, common.UnwrappedDDPStrategy):
     def optimizer_step(self, optimizer: Any, closure: Callable[[], Any], model: Any=None, **kwargs: Any) -> Any:
         ...
 
-    def _exchange_and_step(self, optimizer: torch.optim.Optimizer) -> None:
+    @property
+    def _exchange(self) -> DelayedAllReduce:
+        ...
+
+    @property
+    def _synchronous(self) -> bool:
+        ...
+
+    def _start_exchange(self, optimizer: torch.optim.Optimizer) -> None:
+        ...
+
+    def _step(self, optimizer: torch.optim.Optimizer) -> None:
+        ...
+
+    def _clip_of(self, item: InFlight, forget: bool=False) -> Clip | None:
         ...
 
     def sync_point(self) -> None:

@@ -12,30 +12,13 @@ from lightning.fabric.utilities.distributed import _set_num_threads_if_needed
 from lightning.pytorch.strategies.launchers import _SubprocessScriptLauncher
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
-from lightning_hybrid.comm.collectives import ddp_group, workers_backend
-from lightning_hybrid.pipeline.module_contract import pipeline_blocks
+from lightning_hybrid.comm.collectives import broadcast_module_, ddp_group, workers_backend
 from lightning_hybrid.strategies.capabilities import Capabilities
 from lightning_hybrid.lightning.strategies.checkpoint_io import AtomicCheckpointIO
 from lightning_hybrid.strategies.forked_ranks import fork_ranks
 from lightning_hybrid.lightning.strategies.meeting import Agreement, Deferred, EveryBatch, meeting
 from lightning_hybrid.strategies.process_watch import CHILD_GRACE_S, LAUNCHER_PID_ENV, ProcessWatch, die_with_parent
-
-class SyncPoints(Callback):
-
-    def __init__(self, strategy: Any) -> None:
-        ...
-
-    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        ...
-
-    def _sync_before_validation(self, trainer: pl.Trainer) -> None:
-        ...
-
-    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        ...
-
-    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        ...
+from lightning_hybrid.lightning.strategies.sync_points import SyncPoints
 
 class CheckingLauncher(_SubprocessScriptLauncher):
 
@@ -166,6 +149,9 @@ class UnwrappedDDPStrategy(CheckedDDPStrategy):
     def _setup_model(self, model: torch.nn.Module) -> torch.nn.Module:
         ...
 
+    def keeps_own_model(self) -> bool:
+        ...
+
     def setup_exchange(self, trainer: pl.Trainer) -> tuple[torch.optim.Optimizer, list[torch.Tensor]]:
         ...
 
@@ -178,6 +164,9 @@ class UnwrappedDDPStrategy(CheckedDDPStrategy):
     def on_sync_start(self, trainer: pl.Trainer) -> None:
         ...
 
+    def on_epoch_start(self, trainer: pl.Trainer) -> None:
+        ...
+
     def sync_point(self) -> None:
         ...
 
@@ -188,21 +177,4 @@ class UnwrappedDDPStrategy(CheckedDDPStrategy):
         ...
 
     def on_sync_end(self) -> None:
-        ...
-
-class RoutedEvaluation:
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        ...
-
-    def _through_routed_blocks(self, hook: str, *args: Any, **kwargs: Any) -> Any:
-        ...
-
-    def validation_step(self, *args: Any, **kwargs: Any) -> Any:
-        ...
-
-    def test_step(self, *args: Any, **kwargs: Any) -> Any:
-        ...
-
-    def predict_step(self, *args: Any, **kwargs: Any) -> Any:
         ...

@@ -7,11 +7,10 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 from lightning.fabric.utilities.optimizer import _optimizers_to_device
-from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.overrides.distributed import _sync_module_states
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.rank_zero import rank_zero_warn
-from lightning_hybrid.comm.collectives import all_gather_object, broadcast_object
+from lightning_hybrid.comm.collectives import all_gather_object, broadcast_module_, broadcast_object
 from lightning_hybrid.comm.delayed_allreduce import DelayedAllReduce
 from lightning_hybrid.devices import Device, PeakMemory, devices_in_flops, free_memory, probe_speed, held_bytes
 from lightning_hybrid.pipeline import Mesh, PipelineParallel, StageModule, pipeline_blocks, pipeline_inputs, pipeline_loss
@@ -19,14 +18,17 @@ from lightning_hybrid.pipeline.materialize import is_freed
 from lightning_hybrid.pipeline.stage_adoption import meta_outside_blocks
 from lightning_hybrid.pipeline.stage_executor import describe_stage_times, stage_time_metrics
 from lightning_hybrid.placement import Placement
-from lightning_hybrid.placement.figure import format_placement, placement_figure, placement_summary
+from lightning_hybrid.placement.figure import placement_summary
 from lightning_hybrid.placement.pipeline_options import check_pipeline_options, check_stage_sizes
 from lightning_hybrid.placement.pipeline_stages import plan_stages
 from lightning_hybrid.lightning.strategies import common
+from lightning_hybrid.lightning.strategies.even_batches import refuse_uneven_loaders
+from lightning_hybrid.lightning.strategies.placement_logging import log_placement
+from lightning_hybrid.strategies.routed_evaluation import RoutedEvaluation
 from lightning_hybrid.lightning.strategies.stage_state import StageOnlyState
 log = ...
 
-class HybridParallelStrategy(StageOnlyState, common.RoutedEvaluation, common.UnwrappedDDPStrategy):
+class HybridParallelStrategy(StageOnlyState, RoutedEvaluation, common.UnwrappedDDPStrategy):
     strategy_name = ...
     process_role = ...
     logs_peak_memory = ...
@@ -107,6 +109,9 @@ class HybridParallelStrategy(StageOnlyState, common.RoutedEvaluation, common.Unw
         ...
 
     def _exchange_and_step(self, optimizer: torch.optim.Optimizer) -> None:
+        ...
+
+    def on_epoch_start(self, trainer: pl.Trainer) -> None:
         ...
 
     def sync_point(self) -> None:

@@ -8,6 +8,7 @@ from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 from lightning_hybrid.comm.local_sgd import LocalSGD, validate
 from lightning_hybrid.lightning.strategies import common
+from lightning_hybrid.lightning.strategies.even_batches import EvenBatches, even_batches
 from lightning_hybrid.lightning.strategies.meeting import Agreement, Carried, EveryBatch
 from lightning_hybrid.strategies.rank_states import RankStates
 
@@ -30,6 +31,12 @@ class LocalSGDStrategy(RankStates, common.UnwrappedDDPStrategy):
         ...
 
     def on_sync_start(self, trainer: pl.Trainer) -> None:
+        ...
+
+    def on_epoch_start(self, trainer: pl.Trainer) -> None:
+        ...
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
         ...
 
     def optimizer_step(self, optimizer: Any, closure: Callable[[], Any], model: Any=None, **kwargs: Any) -> Any:
