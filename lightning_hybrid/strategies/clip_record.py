@@ -13,10 +13,12 @@ _RECORD = "_lightning_hybrid_clip_record"
 
 
 class ClipRecord:
-    """Records every ``clip_gradients`` call of a precision plugin (the last one of a step counts)."""
+    """Records every ``clip_gradients`` call of a precision plugin (the last one of a step counts).
+    ``clips=False``: records without clipping (for a strategy that clips the average itself, elsewhere)."""
 
-    def __init__(self, precision_plugin: Any) -> None:
+    def __init__(self, precision_plugin: Any, clips: bool = True) -> None:
         self._clip: Clip | None = None
+        self.clips = clips
         if getattr(precision_plugin, _RECORD, None) is None:
             original = precision_plugin.clip_gradients
 
@@ -24,6 +26,8 @@ class ClipRecord:
                 record = getattr(precision_plugin, _RECORD)
                 if record is not None and clip_val and clip_val > 0:
                     record._clip = Clip(float(clip_val), "value" if str(gradient_clip_algorithm).lower().endswith("value") else "norm")
+                    if not record.clips:
+                        return None
                 return original(optimizer, clip_val, gradient_clip_algorithm)
 
             precision_plugin.clip_gradients = clip_gradients
