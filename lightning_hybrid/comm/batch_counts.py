@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from lightning_hybrid.comm.board import Board
 
-#: What a rank posts instead of a count when it stops, still inside its data, because a peer's ended.
-STILL_TRAINING = "training"
+#: What a rank posts, before its count so far, when it stops inside its data because a peer's ended.
+STILL_TRAINING = "training:"
 
 
 class UnevenBatchesError(ValueError):
@@ -84,14 +84,14 @@ class BatchCounts:
             if rank == self.rank:
                 continue
             posted = self.board.read(self._key(rank))
-            if posted is not None and posted != STILL_TRAINING and self.batches > int(posted):
-                self.board.post(self._key(self.rank), STILL_TRAINING)
+            if posted is not None and not posted.startswith(STILL_TRAINING) and self.batches > int(posted):
+                self.board.post(self._key(self.rank), f"{STILL_TRAINING}{self.batches}")
                 counts = [self.board.read(self._key(r)) or "?" for r in range(self.world_size)]
-                counts[self.rank] = f"{self.batches} or more"
                 raise UnevenBatchesError(self._describe(counts))
 
     def _describe(self, counts: list[str]) -> str:
-        said = ", ".join(f"rank {r}: {'still training' if c == STILL_TRAINING else c}" for r, c in enumerate(counts))
+        said = ", ".join(f"rank {r}: " + (f"{c.removeprefix(STILL_TRAINING)} or more" if c.startswith(STILL_TRAINING) else c)
+                         for r, c in enumerate(counts))
         return (f"the ranks' training data gave different numbers of batches before sync point {self._syncs + 1} "
                 f"(an epoch's end or a validation) ({said}); every rank must train the same number of batches "
                 f"between sync points{self._fix()}")

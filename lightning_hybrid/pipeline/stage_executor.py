@@ -185,8 +185,9 @@ class StageExecutor:
                     continue
                 x, y = saved.pop(i)
                 grad = None if self.last else self._receive_gradient(y)
-                with self.profile.timing("compute_s"):
-                    torch.autograd.backward(y, grad)
+                if y.requires_grad:  # not a stage of frozen blocks fed by the data (nothing before it to train)
+                    with self.profile.timing("compute_s"):
+                        torch.autograd.backward(y, grad)
                 if not self.first:
                     self._send(x.grad if x.grad is not None else torch.zeros_like(x), self.stage - 1, with_header=False)
         finally:

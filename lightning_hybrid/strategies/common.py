@@ -145,6 +145,15 @@ class ReplacedStep:
         return loss
 
 
+def stop_if_agreed(strategy: Any, carried: Any) -> None:
+    """At a sync point of ranks that agree on a stop through their exchanges (:class:`~lightning_hybrid.strategies.
+    meeting.Carried`): stop here if an exchange already carried the agreement. The others stop before their next
+    batch; a rank whose data ended at that step has no next batch, and would wait at the sync point for ranks that
+    are gone."""
+    if carried is not None and carried.agreed:
+        meeting(strategy.lightning_module.trainer).stop_now(carried.agreed)
+
+
 def unwrap_optimizer(optimizer: Any) -> torch.optim.Optimizer:
     """The torch optimizer inside a LightningOptimizer (or the optimizer itself)."""
     return getattr(optimizer, "_optimizer", optimizer)

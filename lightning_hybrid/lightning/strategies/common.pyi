@@ -57,6 +57,9 @@ class ReplacedStep:
     def step(self, closure: Callable[[], Any] | None=None) -> Any:
         ...
 
+def stop_if_agreed(strategy: Any, carried: Any) -> None:
+    ...
+
 def unwrap_optimizer(optimizer: Any) -> torch.optim.Optimizer:
     ...
 
