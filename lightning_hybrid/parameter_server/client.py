@@ -12,6 +12,9 @@ import torch
 from lightning_hybrid.comm.stall_watch import excused_wait
 from lightning_hybrid.parameter_server import channel
 from lightning_hybrid.parameter_server.channel import ChannelClosedError
+from lightning_hybrid.comm.clipping import Clip
+from lightning_hybrid.parameter_server.average_clip import clip_numbers
+from lightning_hybrid.parameter_server.hyperparameters import LEARNING_RATES, GroupValues
 from lightning_hybrid.parameter_server.load import ServerLoad
 from lightning_hybrid.parameter_server.protocol import (
     ATTACHED, NOT_ON_THIS_HOST, STOPPED_BY_SIGNAL, Attach, Attached, Bye, Chunk, DatasetShape, Finish, GetState, Init,
@@ -159,7 +162,7 @@ class ParameterServerClient:
     def push(
         self,
         flat_grad: channel.Bulk,
-        lrs: Sequence[float],
+        hyperparameters: Sequence[float] | GroupValues,
         out: channel.Bulk,
         next_chunk_of_epoch: int | None = None,
         weight: int = 1,
@@ -167,11 +170,17 @@ class ParameterServerClient:
         batches: int = 1,
         shares: int = 0,
         has_gradient: torch.Tensor | None = None,
+        clip: Clip | None = None,
     ) -> PullInfo:
         """Push a gradient; block until the server lets this worker go on; newest parameters into ``out``.
 
         ``flat_grad`` and ``out`` are flat vectors, or the model's tensors in order (read and written
-        in place: no flat copy of the model on this side).
+        in place: no flat copy of the model on this side). ``hyperparameters``: what the server's step
+        uses, every number of the worker's param groups
+        (:meth:`~lightning_hybrid.parameter_server.hyperparameters.GroupLayout.group_values`), or each
+        group's learning rate (a sequence, one per group: the server keeps its other values). ``clip``:
+        how Lightning clipped this step's gradient (recorded, not applied on the worker): the server clips
+        the average it steps with (:mod:`~lightning_hybrid.parameter_server.average_clip`).
 
         With ``next_chunk_of_epoch``, the worker's next batch of that epoch comes back with the
         parameters (``PullInfo.chunk``, or ``PullInfo.epoch_over``), saving a round trip.
@@ -185,21 +194,27 @@ class ParameterServerClient:
         gradient (:func:`~lightning_hybrid.parameter_server.gradient_mask.has_gradient`; the server steps
         only those); None: every tensor had one.
         """
-        return self.pulled(self.send_push(flat_grad, lrs, out, next_chunk_of_epoch, weight, read_version, batches, shares,
-                                          has_gradient), out)
+        return self.pulled(self.send_push(flat_grad, hyperparameters, out, next_chunk_of_epoch, weight, read_version,
+                                          batches, shares, has_gradient, clip), out)
 
-    def send_push(self, flat_grad: channel.Bulk, lrs: Sequence[float], out: channel.Bulk,
+    def send_push(self, flat_grad: channel.Bulk, hyperparameters: Sequence[float] | GroupValues, out: channel.Bulk,
                   next_chunk_of_epoch: int | None = None, weight: int = 1, read_version: int | None = None,
-                  batches: int = 1, shares: int = 0, has_gradient: torch.Tensor | None = None) -> Push:
+                  batches: int = 1, shares: int = 0, has_gradient: torch.Tensor | None = None,
+                  clip: Clip | None = None) -> Push:
         """The first half of :meth:`push`: send it, without waiting for the reply (:meth:`pulled`)."""
         self.mailbox.grow(channel.bulk_numel(out))
-        payloads = [torch.tensor(list(lrs), dtype=torch.float64)]
+        if isinstance(hyperparameters, GroupValues):
+            values, layout = hyperparameters.values.to(torch.float64), hyperparameters.layout
+        else:
+            values, layout = torch.tensor(list(hyperparameters), dtype=torch.float64), LEARNING_RATES
+        payloads = [values if clip is None else torch.cat([values, clip_numbers(clip)])]
         if has_gradient is not None and not bool(has_gradient.all()):  # a mask only when some tensor had none
             payloads.append(has_gradient.to(torch.uint8))
         want = -1 if next_chunk_of_epoch is None else next_chunk_of_epoch
         read = -1 if read_version is None else read_version
         tensors = payloads[1].numel() if len(payloads) > 1 else 0
-        request = Push(len(lrs), channel.bulk_numel(flat_grad), want, weight, read, batches, shares, tensors)
+        request = Push(values.numel(), channel.bulk_numel(flat_grad), want, weight, read, batches, shares, tensors, layout,
+                       int(clip is not None))
         self._send(request, payloads, bulk=flat_grad)
         return request
 
@@ -239,8 +254,8 @@ class ParameterServerClient:
 
 def load_server_state(optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
     """Load the server's optimizer state (momentum, moments: :meth:`ParameterServerClient.optimizer_state`)
-    into the worker's ``optimizer``, keeping its own hyperparameters (the learning-rate schedulers run on
-    the workers; the server only applies the learning rate each push brings)."""
+    into the worker's ``optimizer``, keeping its own hyperparameters (the schedulers run on the workers; the
+    server applies the hyperparameters each push brings)."""
     for local, remote in zip(optimizer.param_groups, state["param_groups"]):
         remote.update({key: value for key, value in local.items() if key != "params"})
     optimizer.load_state_dict(state)

@@ -63,6 +63,14 @@ class PushedTensors:
         return mask
 
 
+def received_mask(worker: int, tensors: int, held: int, payload) -> torch.Tensor | None:
+    """The mask of ``tensors`` tensors that ``worker``'s push brings, next in its ``payload`` (a copy), or None
+    when it brings none (every tensor had a gradient); a RuntimeError unless it covers the ``held`` tensors."""
+    if tensors and tensors != held:
+        raise RuntimeError(f"worker {worker} pushed a mask of {tensors} parameter tensors; the server holds {held}")
+    return payload.take(torch.uint8, tensors).bool() if tensors else None
+
+
 @contextlib.contextmanager
 def stepping_only(params: Sequence[torch.Tensor], mask: torch.Tensor | None) -> Iterator[None]:
     """Inside the block, the ``.grad`` of each tensor of ``params`` whose entry of ``mask`` is False is

@@ -15,10 +15,10 @@ request            payloads after the header                   reply
 :class:`Init`      the pickled optimizer (uint8, ``nbytes``)   :class:`Initialized`
 :class:`Attach`    the segment's name (uint8, ``name_len``)    :class:`Attached`
 :class:`NextChunk`                                             :class:`Chunk` (+ int64 indices)
-:class:`Push`      learning rates (float64), which tensors     :class:`Parameters` (+ the next
-                   had a gradient (uint8, ``tensors``; none    chunk if asked for, + parameters:
-                   when all had one), the gradient (bulk,      bulk)
-                   ``numel`` values)
+:class:`Push`      hyperparameters and the clip (float64),     :class:`Parameters` (+ the next
+                   which tensors had a gradient (uint8,        chunk if asked for, + parameters:
+                   ``tensors``; none when all had one), the    bulk)
+                   gradient (bulk, ``numel`` values)
 :class:`Finish`                                                :class:`Parameters` (+ parameters:
                                                                bulk),
                                                                at the epoch's global synchronization
@@ -126,25 +126,32 @@ class NextChunk(Message):
 
 @dataclass(frozen=True)
 class Push(Message):
-    """A gradient and the learning rates of the worker's parameter groups. With ``chunk_epoch >= 0``
-    the worker's next batch of that epoch comes back with the parameters. ``weight``: what the
+    """A gradient and the hyperparameters of the worker's parameter groups. ``hyperparameters`` float64
+    values follow the header: every number of each group in the order of the layout whose fingerprint is
+    ``layout`` (:mod:`~lightning_hybrid.parameter_server.hyperparameters`; the server sets them before its
+    step), or, with ``layout`` 0, each group's learning rate; then, with ``clip`` 1, how the worker's step
+    clips its gradient (three float64: :mod:`~lightning_hybrid.parameter_server.average_clip`), which the
+    server applies to the average it steps with, as DDP clips the average. With ``chunk_epoch >= 0`` the
+    worker's next batch of that epoch comes back with the parameters. ``weight``: what the
     gradient stands for when a round is averaged (1 per mini-batch, or samples summed in batch mode).
     ``read_version``: the step of the parameters the gradient was computed at, when the worker
     already holds newer ones (it pushes while it computes: the staleness counts from there).
     ``tensors``: when some of the worker's parameter tensors (of this server's shard) had no gradient
-    (``.grad`` None: frozen, or unused), a mask of that many uint8 follows the learning rates, 1 where
+    (``.grad`` None: frozen, or unused), a mask of that many uint8 follows the float64 values, 1 where
     the tensor had one; the server steps only the tensors that had a gradient in some push of the step,
     as DDP does (:mod:`~lightning_hybrid.parameter_server.gradient_mask`). 0: no mask, every tensor had one."""
 
     op: ClassVar[int] = 3
-    num_groups: int
+    hyperparameters: int
     numel: int
     chunk_epoch: int = -1
     weight: int = 1
     read_version: int = -1  # the server step the gradient was computed at; -1: the last one sent
     batches: int = 1  # the dealt batches this gradient was computed on (gradient accumulation: several)
     shares: int = 0  # batch mode: the lost workers' shares this sum covers, asked for by Parameters.adopt (0: own pass)
-    tensors: int = 0  # the length of the mask of tensors with a gradient that follows the learning rates (0: none, all had one)
+    tensors: int = 0  # the length of the mask of tensors with a gradient that follows the float64 values (0: none, all had one)
+    layout: int = 0  # the fingerprint of the hyperparameters' layout; 0: each group's learning rate
+    clip: int = 0  # 1: the step's clip follows the hyperparameters
 
 
 @dataclass(frozen=True)
@@ -375,6 +382,8 @@ class ServerSettings:
             "cuda", "cuda:N"); gradients and parameters still travel through host memory.
         shard, shards: this server is shard ``shard`` of ``shards``
             (:mod:`~lightning_hybrid.parameter_server.sharding`; it holds ``num_params`` of them).
+        run_prefix: with several shards, the key prefix under which they meet on the run's store (each
+            clipped step's gradient norm: :mod:`~lightning_hybrid.parameter_server.average_clip`).
     """
 
     host: str
@@ -398,6 +407,7 @@ class ServerSettings:
     shard: int = 0
     shards: int = 1
     server_device: str = "cpu"
+    run_prefix: str = ""
 
     def __post_init__(self) -> None:
         if self.workers < 1:

@@ -14,8 +14,9 @@ and serves the requests of :mod:`~lightning_hybrid.parameter_server.protocol` on
 * ``NextChunk``: the next batch of sample indices
   (:class:`~lightning_hybrid.parameter_server.dispenser.ChunkDispenser`); the first request
   describes the dataset (size, batch size, seed).
-* ``Push``: a gradient and the learning rates the worker's scheduler gives (and, optionally, a
-  request for the worker's next batch, which then comes back with the parameters). With staleness
+* ``Push``: a gradient, its worker's hyperparameters and clip (a step takes the newest push's:
+  :mod:`~lightning_hybrid.parameter_server.step_settings`), and, optionally, a request for the
+  worker's next batch, which then comes back with the parameters. With staleness
   > 0 the :class:`~lightning_hybrid.parameter_server.update_rule.UpdateRule` accumulates it and
   says when to step (by default every ``workers`` pushes, weighted by staleness, with the momentum
   corrected for it); with staleness 0 the round's gradients are averaged into one step, each weighted by the weight it comes with: 1 per mini-batch, or, in batch mode
@@ -62,12 +63,14 @@ from lightning_hybrid.parameter_server import channel
 from lightning_hybrid.parameter_server.adoption import adopter, shares_of
 from lightning_hybrid.parameter_server.channel import Payload, WorkerLostError
 from lightning_hybrid.parameter_server.dispenser import ChunkDispenser
-from lightning_hybrid.parameter_server.gradient_mask import stepping_only
+from lightning_hybrid.parameter_server.gradient_mask import received_mask, stepping_only
 from lightning_hybrid.parameter_server.load import LoadMeter
 from lightning_hybrid.parameter_server.protocol import (
     ATTACH_FAILED, ATTACHED, NOT_ON_THIS_HOST, STOPPED_BY_SIGNAL, Attach, Attached, Bye, Chunk, Finish, GetState, Init, Initialized, Leave, Message, NextChunk, Parameters, Push, Refused, Shutdown, State, Stopping, StopRun,
 )
 from lightning_hybrid.parameter_server.shared_memory import SharedSegment
+from lightning_hybrid.parameter_server.average_clip import ShardNorms
+from lightning_hybrid.parameter_server.step_settings import StepSettings
 from lightning_hybrid.parameter_server.sync_controller import Decision, SyncController
 from lightning_hybrid.parameter_server.step_wait import StepWaits
 from lightning_hybrid.parameter_server.update_rule import RoundSum, UpdateRule
@@ -83,6 +86,7 @@ class Optimization:
     params: list[torch.Tensor]  # in the optimizer's order, each ``.grad`` a view of ``flat_grads``
     flat_params: torch.Tensor
     flat_grads: torch.Tensor
+    settings: StepSettings  # the newest push's hyperparameters and clip
     round: RoundSum | None = None  # staleness 0: the round's pushes
 
 
@@ -95,7 +99,8 @@ class ParameterServer:
     def __init__(self, pg, num_workers: int, staleness: float, sync: str, rule: UpdateRule | None = None,
                  max_steps: int = -1, step_patience: float = 0.0, on_worker_failure: str = "stop",
                  pushes_follow_workers: bool = False, batch_mode: bool = False, num_params: int = 0,
-                 bulk_dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu") -> None:
+                 bulk_dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu",
+                 norms: ShardNorms | None = None) -> None:
         self.inbox = channel.Inbox(pg, num_workers, num_params, bulk_dtype)
         self.device = torch.device(device)
         self.num_workers = num_workers
@@ -105,7 +110,7 @@ class ParameterServer:
         self._stop_code = 1
         self.waits = StepWaits(num_workers, step_patience)
         self.load = LoadMeter()
-        self._configured_momentum: list[float | None] = []
+        self.norms = norms  # with several shards: the other shards' part of a clipped step's norm
         self.opt: Optimization | None = None
         self.dispenser: ChunkDispenser | None = None
         self.version = 0  # optimizer steps taken
@@ -206,8 +211,8 @@ class ParameterServer:
             optimizer.load_state_dict(state)  # the state moves to where the parameters are
         flat_params, flat_grads = flatten_in_place(params, self.device)
         self.inbox.grow(flat_params.numel())
-        self.opt = Optimization(optimizer, params, flat_params, flat_grads, RoundSum(flat_grads) if self.controller.bsp else None)
-        self._configured_momentum = [group.get("momentum") for group in optimizer.param_groups]
+        self.opt = Optimization(optimizer, params, flat_params, flat_grads, StepSettings(optimizer, params, self.rule, self.norms),
+                                RoundSum(flat_grads) if self.controller.bsp else None)
         log.info(
             "%d parameters on %s, %d workers, staleness %s (%s)",
             flat_params.numel(), self.device, self.num_workers, self.controller.staleness, self.controller.mode,
@@ -252,18 +257,16 @@ class ParameterServer:
     def handle_push(self, worker: int, request: Push, payload: Payload) -> None:
         self.waits.pushed(worker, time.monotonic())
         self.load.pushed()
-        lrs = payload.take(torch.float64, request.num_groups)
         opt = self._optimization(worker)
+        opt.settings.received(worker, request, payload)  # first in the payload
         if request.numel != opt.flat_grads.numel():
             raise RuntimeError(
                 f"worker {worker} pushed {request.numel} gradient values; the server holds {opt.flat_grads.numel()} parameters"
             )
-        mask = self._gradient_mask(worker, request, payload, opt)
+        mask = received_mask(worker, request.tensors, len(opt.params), payload)
         grads = payload.bulk(request.numel)  # a view (mailbox or shared memory): used before this worker's reply
         if grads.device != self.device:
             grads = grads.to(self.device)
-        for group, lr in zip(opt.optimizer.param_groups, lrs.tolist()):
-            group["lr"] = lr
         if request.shares:  # a lost worker's shares of this pass, computed by its adopter
             self._receive_owed(worker, request, grads, mask)
             return
@@ -380,6 +383,8 @@ class ParameterServer:
     def handle_stop_run(self, worker: int, request: StopRun, payload: Payload) -> None:
         if not self.signal:
             self.signal = request.signum
+            if self.opt is not None:
+                self.opt.settings.stop()  # a shard waiting for this one's part of a norm waits no more
             log.info("worker %d was asked to stop (signal %d): every worker stops at its next exchange", worker,
                      request.signum)
             held = set(self.controller.held) | set(self.waits.held) | self.finished
@@ -410,22 +415,14 @@ class ParameterServer:
         self._reply(worker, State(data.numel()), data)
 
     # ---------------------------------------------------------------- internals
-    def _gradient_mask(self, worker: int, request: Push, payload: Payload, opt: Optimization) -> torch.Tensor | None:
-        """Which of the server's tensors the push had a gradient for (a copy), or None when it had one for all."""
-        if request.tensors and request.tensors != len(opt.params):
-            raise RuntimeError(f"worker {worker} pushed a mask of {request.tensors} parameter tensors; the server holds {len(opt.params)}")
-        return payload.take(torch.uint8, request.tensors).bool() if request.tensors else None
-
     def _step_rule_average(self) -> None:
         """Staleness > 0: the step of the update rule's average of its pushes."""
         self.rule.take_average(out=self.opt.flat_grads)
         self._step(self.rule.stepped)
 
     def _step(self, stepped: torch.Tensor | None) -> None:
-        """One optimizer step of the tensors ``stepped`` says had a gradient (None: all of them)."""
-        for group, configured in zip(self.opt.optimizer.param_groups, self._configured_momentum):
-            if configured is not None:  # SGD-style momentum, corrected for the asynchrony's own
-                group["momentum"] = self.rule.momentum(configured)
+        """One optimizer step of the tensors ``stepped`` says had a gradient (None: all), as the newest push says."""
+        self.opt.settings.before_step(stepped, self.version)
         with stepping_only(self.opt.params, stepped):
             self.opt.optimizer.step()
         self.version += 1

@@ -99,7 +99,7 @@ def shard_settings(param_sizes: Sequence[int], servers: int, prefix: str, **sett
     plan = plan_shards(list(param_sizes), servers)
     shards = [
         ServerSettings(prefix=prefix if servers == 1 else f"{prefix}shard{i}/", num_params=stop - start, shard=i,
-                       shards=servers, **settings)
+                       shards=servers, run_prefix=prefix, **settings)
         for i, (start, stop) in enumerate(plan.values)
     ]
     return plan, shards

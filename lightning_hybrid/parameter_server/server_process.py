@@ -17,7 +17,9 @@ from pathlib import Path
 
 import torch
 
+from lightning_hybrid.comm.board import connect_store
 from lightning_hybrid.parameter_server import channel
+from lightning_hybrid.parameter_server.average_clip import ShardNorms
 from lightning_hybrid.parameter_server.protocol import ServerSettings, wire_dtype
 from lightning_hybrid.parameter_server.server import ParameterServer
 from lightning_hybrid.parameter_server.update_rule import UpdateRule
@@ -90,10 +92,14 @@ def run(settings: ServerSettings) -> None:
     pg = channel.open_channel(settings.host, settings.port, settings.prefix, 0, settings.workers + 1, settings.timeout)
     rule = UpdateRule(settings.pushes_per_update, settings.staleness_lr, settings.momentum_correction,
                       restart_steps=settings.restart_steps)
+    norms = None
+    if settings.shards > 1:  # a clipped step's gradient norm spans the shards: they meet on the run's store
+        norms = ShardNorms(connect_store(settings.host, settings.port, settings.timeout), settings.shard, settings.shards,
+                           settings.run_prefix, settings.timeout)
     ParameterServer(pg, settings.workers, settings.staleness, settings.sync, rule, settings.max_steps,
                     settings.step_patience, settings.on_worker_failure, settings.pushes_follow_workers,
                     settings.batch_mode, settings.num_params, wire_dtype(settings.wire_dtype),
-                    settings.server_device).serve()
+                    settings.server_device, norms).serve()
     # Shut down: nothing is left to clean up, and a normal interpreter exit with the channel's
     # receive threads still blocked in gloo aborts ("terminate called without an active exception").
     logging.shutdown()

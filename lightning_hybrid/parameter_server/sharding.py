@@ -22,9 +22,11 @@ applies the pushes of its own keys as they arrive):
   and the momentum correction) is its own. A worker's replies then hold parameters of the same
   step count from each shard.
 
-Optimizers whose step couples parameters across tensors (a global gradient-norm clip inside the
-step, LBFGS) would see each shard's part only; SGD, Adam and the other per-tensor optimizers of
-``torch.optim`` are exact.
+Lightning's gradient clipping (``gradient_clip_val``) spans the shards: a norm clip of a step's average
+takes the whole gradient's norm, each shard's part of it meeting the others' on the run's store
+(:mod:`~lightning_hybrid.parameter_server.average_clip`). Optimizers whose step couples parameters across
+tensors (a global gradient-norm clip inside the optimizer's own step, LBFGS) would see each shard's part
+only; SGD, Adam and the other per-tensor optimizers of ``torch.optim`` are exact.
 
 Example::
 
@@ -48,6 +50,8 @@ import torch
 
 from lightning_hybrid.parameter_server.channel import Bulk
 from lightning_hybrid.parameter_server.client import ParameterServerClient, PullInfo
+from lightning_hybrid.comm.clipping import Clip
+from lightning_hybrid.parameter_server.hyperparameters import GroupValues
 from lightning_hybrid.parameter_server.load import ServerLoad
 from lightning_hybrid.parameter_server.protocol import DatasetShape
 
@@ -104,7 +108,7 @@ def auto_servers(num_params: int, workers_on_host: int, cores: int | None = None
 def shard_optimizer(optimizer: torch.optim.Optimizer, params: Sequence[torch.Tensor]) -> torch.optim.Optimizer:
     """A copy of ``optimizer`` (its class, hyperparameters and state) over ``params`` only: every
     param group is kept, with those of its parameters that are in ``params`` (possibly none), so
-    that the learning rates a push brings, one per group, still apply group by group."""
+    that the hyperparameters a push brings, group by group, still apply."""
     keep = {id(p) for p in params}
     shard = copy.copy(optimizer)
     shard.param_groups = [{**group, "params": [p for p in group["params"] if id(p) in keep]} for group in optimizer.param_groups]
@@ -174,17 +178,19 @@ class ShardedClient:
             first.stopped_inside_epoch, _and(i.live for i in infos), first.adopt,
         )
 
-    def push(self, flat_grad: Bulk, lrs: Sequence[float], out: Bulk, next_chunk_of_epoch: int | None = None,
-             weight: int = 1, read_version: int | None = None, batches: int = 1, shares: int = 0,
-             has_gradient: torch.Tensor | None = None) -> PullInfo:
-        """Push each shard its slice of ``flat_grad`` (and of the per-tensor ``has_gradient``), all
-        before waiting for any (they work at once); each shard's slice of the newest parameters into ``out``."""
+    def push(self, flat_grad: Bulk, hyperparameters: Sequence[float] | GroupValues, out: Bulk,
+             next_chunk_of_epoch: int | None = None, weight: int = 1, read_version: int | None = None, batches: int = 1,
+             shares: int = 0, has_gradient: torch.Tensor | None = None, clip: Clip | None = None) -> PullInfo:
+        """Push each shard its slice of ``flat_grad`` (and of the per-tensor ``has_gradient``), with every
+        group's ``hyperparameters`` and the ``clip``, all before waiting for any (they work at once: a shard
+        waiting for the others' part of a clipped step's norm gets it); each shard's slice of the newest
+        parameters into ``out``."""
         reads = self._versions.get(read_version) if read_version is not None else None
         outs, grads = self._slices(out), self._slices(flat_grad)
         masks = [None if has_gradient is None else has_gradient[first:end] for first, end in self.plan.tensors]
         sent = [
-            client.send_push(grad, lrs, part, next_chunk_of_epoch if i == 0 else None, weight,
-                             None if reads is None else reads[i], batches, shares, mask)
+            client.send_push(grad, hyperparameters, part, next_chunk_of_epoch if i == 0 else None, weight,
+                             None if reads is None else reads[i], batches, shares, mask, clip)
             for i, (client, grad, part, mask) in enumerate(zip(self.clients, grads, outs, masks))
         ]
         return self._merge([client.pulled(request, part) for client, request, part in zip(self.clients, sent, outs)])

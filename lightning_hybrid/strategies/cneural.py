@@ -18,11 +18,12 @@ from pytorch_lightning.trainer.states import RunningStage, TrainerFn
 from pytorch_lightning.utilities.data import _update_dataloader
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
+from lightning_hybrid.comm.clipping import Clip
 from lightning_hybrid.comm.collectives import all_gather
-from lightning_hybrid.comm.delayed_allreduce import learning_rates
 from lightning_hybrid.comm.regroup import live_ranks
 from lightning_hybrid.parameter_server.adoption import adopted_shares
 from lightning_hybrid.parameter_server.gradient_mask import has_gradient
+from lightning_hybrid.parameter_server.hyperparameters import GroupValues
 from lightning_hybrid.strategies.gradient_sum import gradient_sum
 from lightning_hybrid.strategies.parameter_server import ParameterServerStrategy
 
@@ -47,14 +48,17 @@ class CNeuralStrategy(ParameterServerStrategy):
 
     A step is a pass: ``trainer.global_step`` counts passes (the optimizer updates the model
     receives), and so does what Lightning drives by steps: ``max_steps`` (that many passes),
-    step-interval learning-rate schedulers (one scheduler step per pass; each pass is applied at the
-    rate in force during it), the loggers' step (``log_every_n_steps``), and
+    step-interval schedulers (one scheduler step per pass; each pass is applied at the
+    hyperparameters in force during it: every number of the param groups, the learning rate, the
+    momentum, the betas...), the loggers' step (``log_every_n_steps``), and
     ``ModelCheckpoint(every_n_train_steps=N)``, which saves after every N-th pass's update (at the
     epoch's end, as ``every_n_epochs=N``). Lightning sees each pass as one step whose gradients
     accumulate over the whole epoch (``handles_gradient_accumulation``; the strategy adds each
     mini-batch's gradient, times its samples, to the pass's sum). Epoch-interval schedulers: the
-    pass is applied at the rates in force during it, not at those the scheduler sets for the next
-    epoch when the pass ends.
+    pass is applied at the values in force during it, not at those the scheduler sets for the next
+    epoch when the pass ends. Gradient clipping (``gradient_clip_val``) clips the pass's mean
+    gradient at the server, once, as Lightning clips DDP's gradient accumulated over an epoch; the
+    workers' mini-batch gradients are not clipped.
 
     Validation inside a pass (``val_check_interval`` < 1.0) needs no exchange: every worker holds
     the parameters the pass started with until its end. The workers must reach it at the same
@@ -109,7 +113,8 @@ class CNeuralStrategy(ParameterServerStrategy):
         self._pass_has_grad: torch.Tensor | None = None  # the tensors with a gradient in any of its mini-batches
         self._pass_samples = 0
         self._step_samples = 0  # samples of the mini-batches since the last optimizer step
-        self._pass_lrs: list[float] | None = None  # the learning rates in force at the pass's mini-batches
+        self._pass_values: GroupValues | None = None  # the hyperparameters in force at the pass's mini-batches
+        self._pass_clip: Clip | None = None  # how Lightning clipped them: the server clips the pass's mean
         self._taken_over: set[int] = set()  # lost workers whose shares this worker computes
         self._resident_shares: dict[int, Dataset] = {}  # their resident shards (ShardDataModule)
 
@@ -175,6 +180,7 @@ class CNeuralStrategy(ParameterServerStrategy):
         """At the end of the user's gradient accumulation (every ``accumulate_grad_batches`` mini-batches,
         and the pass's last), add the accumulated mean gradient times its sample count to the pass's sum."""
         epoch_loop = self.lightning_module.trainer.fit_loop.epoch_loop
+        self._pass_clip = self._clips.take() or self._pass_clip
         if not (epoch_loop._accumulated_batches_reached() or epoch_loop._num_ready_batches_reached()):
             return  # the user accumulates: .grad sums on
         if self._pass_grad is None:
@@ -183,7 +189,7 @@ class CNeuralStrategy(ParameterServerStrategy):
         self._pass_has_grad |= has_gradient(self._params)
         self._pass_samples += self._step_samples
         self._step_samples = 0
-        self._pass_lrs = learning_rates(optimizer)
+        self._pass_values = self._hyperparameters(optimizer)
         self._epoch["iterations"] += 1
 
     def _before_sync(self) -> None:
@@ -193,20 +199,22 @@ class CNeuralStrategy(ParameterServerStrategy):
         flat = self._pass_grad if self._pass_grad is not None else torch.zeros_like(self._flat)
         has = self._pass_has_grad if self._pass_has_grad is not None else self._no_gradients()
         samples = self._pass_samples
-        # An epoch-interval scheduler has already moved the optimizer to the next epoch's rate.
-        lrs = self._pass_lrs if self._pass_lrs is not None else learning_rates(self.optimizers[0])
+        # An epoch-interval scheduler has already moved the optimizer to the next epoch's rate (and momentum...).
+        hyper = self._pass_values if self._pass_values is not None else self._hyperparameters(self.optimizers[0])
+        clip = self._pass_clip
         adopted = adopted_shares(self.global_rank, self._members, self.num_workers)
         if adopted:
             extra, extra_samples, extra_has = self._shares_sum(adopted)
             flat, samples, has = flat + extra, samples + extra_samples, has | extra_has
-        info = self._timed(lambda: self.client.push(flat, lrs, self._flat, weight=samples, has_gradient=has))
+        info = self._timed(lambda: self.client.push(flat, hyper, self._flat, weight=samples, has_gradient=has, clip=clip))
         while info.adopt:  # a worker was lost during this pass: its shares are this worker's to compute
             shares = info.adopt
             extra, extra_samples, extra_has = self._shares_sum(live_ranks(shares))
-            info = self._timed(lambda: self.client.push(extra, lrs, self._flat, weight=extra_samples, shares=shares,
-                                                        has_gradient=extra_has))
+            info = self._timed(lambda: self.client.push(extra, hyper, self._flat, weight=extra_samples, shares=shares,
+                                                        has_gradient=extra_has, clip=clip))
         self._note(info)
-        self._pass_grad, self._pass_has_grad, self._pass_samples, self._step_samples, self._pass_lrs = None, None, 0, 0, None
+        self._pass_grad, self._pass_has_grad, self._pass_samples, self._step_samples = None, None, 0, 0
+        self._pass_values = self._pass_clip = None
         self._load_flat()
 
     def _no_gradients(self) -> torch.Tensor:

@@ -40,10 +40,12 @@ from lightning_hybrid.parameter_server.client import ParameterServerClient, Pull
 from lightning_hybrid.parameter_server.epoch_stats import (
     WorkerEpochStats, epoch_history, epoch_logs, gather_stats, new_counts, summarise,
 )
+from lightning_hybrid.parameter_server.hyperparameters import GroupLayout, GroupValues
 from lightning_hybrid.parameter_server.load import ServerLoad
 from lightning_hybrid.parameter_server.protocol import wire_dtype as wire_dtype_of
 from lightning_hybrid.parameter_server.server_launch import SERVER_EXIT_S, TRANSPORTS
 from lightning_hybrid.strategies import common
+from lightning_hybrid.strategies.clip_record import ClipRecord
 from lightning_hybrid.strategies.forked_ranks import ForkedProcess, Standby
 from lightning_hybrid.strategies.meeting import Agreement, EveryBatch, ThroughServer, meeting
 from lightning_hybrid.strategies.step_count import restored_global_step
@@ -152,6 +154,8 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
         self._standby_server: Standby | None = None  # fork_ranks: the server process, forked at launch
         self._params: list[torch.Tensor] = []
         self._flat: torch.Tensor | None = None
+        self._layout: GroupLayout | None = None  # the param groups' values that travel with each push
+        self._clips: ClipRecord | None = None  # how Lightning clips each step: the server clips the average
         self._async = False
         self._failed = False  # the fit ended on an exception (teardown then meets no other worker)
         #: ``Trainer(max_steps=N)``: N optimizer steps of the server (the workers' own counts differ).
@@ -235,6 +239,7 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
         self._steps_before = restored_global_step(trainer)  # a resumed run's server counts the steps left
         self._stop = False
         self._members = list(range(self.num_workers))
+        self._clips = ClipRecord(self.precision_plugin, clips=False)  # the server clips the average, as DDP does
         self._open_server_channel()
         self.attach_sync_points(trainer)
 
@@ -308,6 +313,8 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
             loop._combined_loader = None  # rebuilt with the new split when next needed
 
     def on_sync_start(self, trainer: pl.Trainer) -> None:
+        # The optimizer as worker 0 hands it over (a resumed fit's restored): its groups' numbers travel with each push.
+        self._layout = GroupLayout.of(self.optimizers[0].param_groups)
         if self.global_rank == 0:
             self.client.init(self.optimizers[0])
         super().barrier("ps-init")
@@ -322,7 +329,13 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
 
     @abstractmethod
     def _replaced_step(self, optimizer: torch.optim.Optimizer) -> None:
-        """What an optimizer step does instead of stepping (the gradients are in ``.grad``)."""
+        """What an optimizer step does instead of stepping (the gradients are in ``.grad``; Lightning's
+        clip is recorded, not applied: :attr:`_clips`)."""
+
+    def _hyperparameters(self, optimizer: torch.optim.Optimizer) -> GroupValues:
+        """Every number of the optimizer's param groups now, as the server's step takes them (whatever the
+        schedulers changed: learning rate, momentum, betas, weight decay)."""
+        return self._layout.group_values(optimizer.param_groups)
 
     def _flat_grad(self) -> torch.Tensor:
         return flatten(gradients(self._params), dtype=torch.float32, device="cpu")
@@ -461,4 +474,6 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
             self._stop_server(lambda: [process.kill() for process in self._servers if process.poll() is None])
         self.client = None
         self._async = self._failed = False
+        if self._clips is not None:  # Lightning clips on the worker again (another fit, another strategy's)
+            self._clips.clips, self._clips = True, None
         super().teardown()

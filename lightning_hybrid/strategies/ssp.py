@@ -114,9 +114,12 @@ class SSPStrategy(ParameterServerStrategy):
       there. Between them workers are at different steps: a step-level ``sync_dist`` reduction
       (``self.log(..., on_step=True, sync_dist=True)`` in ``training_step``) is refused with an
       error at the first step; log it with ``on_step=False`` or ``sync_dist=False``.
-    * The learning-rate schedulers run on each worker as usual and the server applies the pushing
-      worker's current learning rates; the optimizer state (momentum, Adam moments) is the server's
-      and lands in checkpoints at each sync point. Resuming from such a checkpoint continues the run.
+    * The schedulers run on each worker as usual, and every number of the optimizer's param groups
+      (learning rate, momentum, betas, weight decay...) travels with each push: the server steps at the
+      pushing worker's values (staleness 0: the round's, DDP's). Gradient clipping
+      (``gradient_clip_val``) clips the averaged gradient the server steps with, as DDP clips the
+      average. The optimizer state (momentum, Adam moments) is the server's and lands in checkpoints
+      at each sync point. Resuming from such a checkpoint continues the run.
     * Mid-epoch validation (``val_check_interval``: a fraction of each worker's share of the epoch,
       or N batches per worker, as under DDP): the server cuts each epoch into segments of that many
       batches of all workers, with a global sync between them; validation runs there.
@@ -360,28 +363,30 @@ class SSPStrategy(ParameterServerStrategy):
         self._batches_since_push += 1
 
     def _replaced_step(self, optimizer: torch.optim.Optimizer) -> None:
-        """Push this step's gradient and take the newest parameters (with the next batch's indices).
+        """Push this step's gradient and take the newest parameters (with the next batch's indices). The push
+        carries the hyperparameters the schedulers set for this step and Lightning's clip, which the server
+        applies to the average it steps with (DDP clips the average).
 
         Without overlap the worker waits for the reply. With overlap (staleness > 0) it takes the
         reply to its previous push (usually there already), loads those parameters and sends this
         gradient in the background while it computes the next one; the gradient carries the step
         of the parameters it was computed at, so the server counts its staleness right."""
         want = None if self._data_epoch_over or self._dealt_epoch is None else self._dealt_epoch
-        lrs, read = [group["lr"] for group in optimizer.param_groups], self._weights_version
+        hyper, read, clip = self._hyperparameters(optimizer), self._weights_version, self._clips.take()
         batches, self._batches_since_push = max(1, self._batches_since_push), 0
         # Parameters without a gradient (frozen, unused) in any of the accumulated batches: not stepped.
         has = has_gradient(self._params)
         if self._comm is None:
             # The gradients are read and the parameters written in place: no flat copy of the model here.
             grads = gradients(self._params)
-            info = self._timed(lambda: self.client.push(grads, lrs, self._params, want, read_version=read, batches=batches,
-                                                        has_gradient=has))
+            info = self._timed(lambda: self.client.push(grads, hyper, self._params, want, read_version=read, batches=batches,
+                                                        has_gradient=has, clip=clip))
             self._received(info, loaded=True)
             return
         grad = self._flat_grad()  # sent while the next batch computes: a copy the backward pass cannot touch
         self._settle()
-        self._in_flight = self._comm.submit(self.client.push, grad, lrs, self._flat, want, 1, read, batches,
-                                            has_gradient=has)
+        self._in_flight = self._comm.submit(self.client.push, grad, hyper, self._flat, want, 1, read, batches,
+                                            has_gradient=has, clip=clip)
 
     def _settle(self) -> None:
         """Wait for the push in flight, if any, and take what its reply brings."""

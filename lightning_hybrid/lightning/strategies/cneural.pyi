@@ -9,11 +9,12 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.trainer.states import RunningStage, TrainerFn
 from lightning.pytorch.utilities.data import _update_dataloader
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
+from lightning_hybrid.comm.clipping import Clip
 from lightning_hybrid.comm.collectives import all_gather
-from lightning_hybrid.comm.delayed_allreduce import learning_rates
 from lightning_hybrid.comm.regroup import live_ranks
 from lightning_hybrid.parameter_server.adoption import adopted_shares
 from lightning_hybrid.parameter_server.gradient_mask import has_gradient
+from lightning_hybrid.parameter_server.hyperparameters import GroupValues
 from lightning_hybrid.lightning.strategies.gradient_sum import gradient_sum
 from lightning_hybrid.lightning.strategies.parameter_server import ParameterServerStrategy
 log = ...

@@ -20,10 +20,12 @@ from lightning_hybrid.parameter_server import server_launch
 from lightning_hybrid.parameter_server.channel import ChannelClosedError
 from lightning_hybrid.parameter_server.client import ParameterServerClient, PullInfo, load_server_state
 from lightning_hybrid.parameter_server.epoch_stats import WorkerEpochStats, epoch_history, epoch_logs, gather_stats, new_counts, summarise
+from lightning_hybrid.parameter_server.hyperparameters import GroupLayout, GroupValues
 from lightning_hybrid.parameter_server.load import ServerLoad
 from lightning_hybrid.parameter_server.protocol import wire_dtype as wire_dtype_of
 from lightning_hybrid.parameter_server.server_launch import SERVER_EXIT_S, TRANSPORTS
 from lightning_hybrid.lightning.strategies import common
+from lightning_hybrid.strategies.clip_record import ClipRecord
 from lightning_hybrid.strategies.forked_ranks import ForkedProcess, Standby
 from lightning_hybrid.lightning.strategies.meeting import Agreement, EveryBatch, ThroughServer, meeting
 from lightning_hybrid.lightning.strategies.step_count import restored_global_step
@@ -97,6 +99,9 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
 
     @abstractmethod
     def _replaced_step(self, optimizer: torch.optim.Optimizer) -> None:
+        ...
+
+    def _hyperparameters(self, optimizer: torch.optim.Optimizer) -> GroupValues:
         ...
 
     def _flat_grad(self) -> torch.Tensor:
