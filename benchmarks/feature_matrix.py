@@ -4,13 +4,16 @@ Each case is a small fit (an MLP on 64 synthetic samples, batch 8, 2 CPU process
 Trainer feature switched on, run in a process of its own (``--case STRATEGY FEATURE``). Every rank
 records what happened (epochs, batches per epoch, validations, learning rates, logged values,
 checkpoints, and the counts Lightning keeps: ``global_step``, scheduler steps, the step of each
-checkpoint saved); the driver checks that against what the feature means, and compares the counts
-with what DDP did for the same Trainer arguments (:data:`COUNTS`; under cNeural, whose step is a
-pass, with DDP accumulating gradients over each epoch; under the parameter server, whose workers
-are dealt different numbers of batches, the batches of all ranks together). It prints one cell per
-case:
+checkpoint saved) and the weights it trained; the driver checks that against what the feature means,
+compares the counts with what DDP did for the same Trainer arguments (:data:`COUNTS`; under cNeural,
+whose step is a pass, with DDP accumulating gradients over each epoch; under the parameter server,
+whose workers are dealt different numbers of batches, the batches of all ranks together), and compares
+the trained weights with DDP's: equal to 1e-5 for the settings that promise DDP's result
+(:data:`VALUES_EXACT`: ``delay=0``, ``staleness=0``, balanced shares, the pipeline, cNeural), and the
+largest difference reported beside the cell for the others (``ok (Δ 4e-3)``: asynchrony on). It prints
+one cell per case:
 
-* ``ok``: it ran and the check passed;
+* ``ok``: it ran and the check passed (and, where promised, the weights are DDP's);
 * ``refused``: an error before any other process started, with the message's start (a case is only
   "refused" if the second process was never started);
 * ``warned``: it ran, the check failed, and the strategy said why in a warning;
@@ -39,11 +42,17 @@ import time
 from pathlib import Path
 
 STRATEGY_CLASSES = {
-    "ssp": "SSPStrategy", "ssp_async": "SSPStrategy", "cneural": "CNeuralStrategy",
-    "allreduce_asgd": "AllReduceASGDStrategy", "balanced": "BalancedDataParallelStrategy",
+    "ssp": "SSPStrategy", "ssp_s0": "SSPStrategy", "ssp_async": "SSPStrategy", "cneural": "CNeuralStrategy",
+    "allreduce_asgd": "AllReduceASGDStrategy", "allreduce_asgd_d0": "AllReduceASGDStrategy",
+    "local_sgd": "LocalSGDStrategy", "balanced": "BalancedDataParallelStrategy",
     "hybrid": "HybridParallelStrategy", "partitioned_inference": "PartitionedInferenceStrategy",
 }
-STRATEGIES = ["ddp", "ssp", "ssp_async", "cneural", "allreduce_asgd", "balanced", "hybrid", "partitioned_inference"]
+STRATEGIES = ["ddp", "ssp", "ssp_s0", "ssp_async", "cneural", "allreduce_asgd", "allreduce_asgd_d0", "local_sgd",
+              "balanced", "hybrid", "partitioned_inference"]
+#: Settings that promise DDP's result (its trained weights, to 1e-5, for every feature that trains; in bf16 to its
+#: rounding, 1e-3: balanced shares weigh each rank's loss by its share, which bf16 rounds otherwise than DDP's mean).
+VALUES_EXACT = ("ssp_s0", "cneural", "allreduce_asgd_d0", "balanced", "hybrid")
+TOLERANCE = {"bf16_mixed": 1e-3}
 EPOCHS, SAMPLES, BATCH, LR = 2, 64, 8, 0.1
 
 # feature -> (Trainer keyword arguments, what it means: checked by CHECKS)
@@ -87,8 +96,8 @@ def run_case(strategy_name: str, feature: str, out: Path, namespace: str = "pyto
     # The Trainer, the module and our classes from one Lightning namespace (docs/python.md).
     pl = importlib.import_module("lightning.pytorch" if namespace == "lightning" else "pytorch_lightning")
     ours = importlib.import_module("lightning_hybrid.lightning" if namespace == "lightning" else "lightning_hybrid")
-    AllReduceASGDStrategy, BalancedDataParallelStrategy, CNeuralStrategy = (
-        ours.AllReduceASGDStrategy, ours.BalancedDataParallelStrategy, ours.CNeuralStrategy)
+    AllReduceASGDStrategy, BalancedDataParallelStrategy, CNeuralStrategy, LocalSGDStrategy = (
+        ours.AllReduceASGDStrategy, ours.BalancedDataParallelStrategy, ours.CNeuralStrategy, ours.LocalSGDStrategy)
     HybridParallelStrategy, PartitionedInferenceStrategy, SSPStrategy = (
         ours.HybridParallelStrategy, ours.PartitionedInferenceStrategy, ours.SSPStrategy)
 
@@ -193,9 +202,12 @@ def run_case(strategy_name: str, feature: str, out: Path, namespace: str = "pyto
         "ddp_per_epoch": lambda: "ddp",
         "single": lambda: "auto",
         "ssp": lambda: SSPStrategy(staleness=3, fork_ranks=True, timeout=60),
+        "ssp_s0": lambda: SSPStrategy(staleness=0, fork_ranks=True, timeout=60),
         "ssp_async": lambda: SSPStrategy(staleness=math.inf, fork_ranks=True, timeout=60),
         "cneural": lambda: CNeuralStrategy(fork_ranks=True, timeout=60),
         "allreduce_asgd": lambda: AllReduceASGDStrategy(delay=1, fork_ranks=True),
+        "allreduce_asgd_d0": lambda: AllReduceASGDStrategy(delay=0, fork_ranks=True),
+        "local_sgd": lambda: LocalSGDStrategy(sync_every=4, fork_ranks=True),
         "balanced": lambda: BalancedDataParallelStrategy(measure_steps=2, fork_ranks=True),
         "hybrid": lambda: HybridParallelStrategy(pipeline_stages=2, devices=[1.0, 1.0], micro_batches=2,
                                                  fork_ranks=True),
@@ -259,6 +271,9 @@ def run_case(strategy_name: str, feature: str, out: Path, namespace: str = "pyto
               "scheduler_steps": module.scheduler_steps, "checkpoint_steps": module.checkpoint_steps,
               "batches": [len(b) for b in recorder.batches]}
     (out / f"counts_rank{trainer.global_rank}.json").write_text(json.dumps(counts))
+    if strategy_name != "partitioned_inference":  # what it trained (a pipeline rank: its stage's tensors)
+        weights = {k: v.detach().cpu() for k, v in module.state_dict().items() if v.device.type != "meta"}
+        torch.save(weights, out / f"weights_rank{trainer.global_rank}.pt")
     if trainer.global_rank != 0:
         return
     record.update(
@@ -369,13 +384,31 @@ def count_differences(strategy: str, feature: str, mine: list[dict], ref: list[d
     return "; ".join(problems) or None
 
 
+def read_weights(out: Path) -> dict | None:
+    """The trained model of a case: each tensor from a rank that holds it (None: nothing trained)."""
+    import torch
+
+    weights: dict = {}
+    for f in sorted(out.glob("weights_rank*.pt")):
+        for name, value in torch.load(f).items():
+            weights.setdefault(name, value)
+    return weights or None
+
+
+def weight_difference(mine: dict | None, ref: dict | None) -> float | None:
+    """The largest difference between a case's trained weights and its reference's (None where either has none)."""
+    if not mine or not ref or mine.keys() != ref.keys():
+        return None
+    return max(float((mine[k].float() - ref[k].float()).abs().max()) for k in ref)
+
+
 def read_counts(out: Path) -> list[dict] | None:
     files = sorted(out.glob("counts_rank*.json"))
     return [json.loads(f.read_text()) for f in files] if files else None
 
 
 def classify(strategy: str, feature: str, out: Path, proc: subprocess.CompletedProcess,
-             reference: list[dict] | None = None) -> tuple[str, str]:
+             reference: list[dict] | None = None, reference_weights: dict | None = None) -> tuple[str, str]:
     if proc.returncode != 0 or not (out / "record.json").exists():
         error = json.loads((out / "error.json").read_text()) if (out / "error.json").exists() else None
         if error and not error["started"]:
@@ -391,7 +424,15 @@ def classify(strategy: str, feature: str, out: Path, proc: subprocess.CompletedP
         problem = count_differences(strategy, feature, counts, reference)
     if problem and "training_step is not called" in proc.stderr:
         return "warned", "the pipeline does not call training_step (warned: log in on_pipeline_step)"
-    return ("WRONG", problem) if problem else ("ok", "")
+    if problem:
+        return "WRONG", problem
+    difference = weight_difference(read_weights(out), reference_weights)
+    if difference is None:
+        return "ok", ""
+    tolerance = TOLERANCE.get(feature, 1e-5)
+    if strategy in VALUES_EXACT and difference > tolerance:
+        return "WRONG", f"weights differ from {REFERENCE.get(strategy, 'ddp')}'s by {difference:.2g}"
+    return ("ok", "") if difference <= tolerance else (f"ok (Δ {difference:.0e})", f"weights {difference:.2g} from DDP's")
 
 
 def main() -> None:
@@ -425,20 +466,22 @@ def main() -> None:
                 return case_dir, None
 
         for feature in args.features:
-            counts = {}
+            counts, weights = {}, {}
             for reference in references:
                 if reference not in args.strategies:  # ddp_per_epoch, single: only as references
-                    counts[reference] = read_counts(run(reference, feature)[0])
+                    case_dir = run(reference, feature)[0]
+                    counts[reference], weights[reference] = read_counts(case_dir), read_weights(case_dir)
             for strategy in args.strategies:
                 if strategy == "partitioned_inference" and feature != "validate_test_predict":
                     continue
                 started = time.perf_counter()
                 case_dir, proc = run(strategy, feature)
                 if strategy in references:
-                    counts[strategy] = read_counts(case_dir)
+                    counts[strategy], weights[strategy] = read_counts(case_dir), read_weights(case_dir)
                 reference = None if strategy == "ddp" else counts.get(REFERENCE.get(strategy, "ddp"))
                 outcome = ("failed", "timed out after 300 s") if proc is None else classify(
-                    strategy, feature, case_dir, proc, None if strategy == "partitioned_inference" else reference)
+                    strategy, feature, case_dir, proc, None if strategy == "partitioned_inference" else reference,
+                    None if strategy == "ddp" else weights.get(REFERENCE.get(strategy, "ddp")))
                 results.setdefault(feature, {})[strategy] = outcome
                 print(f"{strategy:>22} {feature:<28} {outcome[0]:<8} {time.perf_counter() - started:5.1f} s  {outcome[1]}",
                       flush=True)

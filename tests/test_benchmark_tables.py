@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib.util
+import json
+import subprocess
 import math
 from pathlib import Path
 
@@ -128,3 +130,23 @@ def test_a_recipe_table_is_read_by_its_header_and_drawn_as_bars(plot_table, tmp_
                             "2 workers s/epoch", "--out", str(out), "--title", "t"]) == 0
     height, width = imread(out).shape[:2]
     assert width >= 600 and height >= 400
+
+
+def test_the_feature_matrix_compares_trained_weights_with_ddps(feature_matrix, tmp_path):
+    """A case whose settings promise DDP's result is WRONG when its weights differ from DDP's; other cases carry
+    the difference beside their cell; a pipeline's ranks together hold the whole model."""
+    import torch
+
+    ddp = {"w": torch.zeros(3), "b": torch.ones(1)}
+    assert feature_matrix.weight_difference({"w": torch.full((3,), 0.5), "b": torch.ones(1)}, ddp) == 0.5
+    assert feature_matrix.weight_difference(None, ddp) is None
+    for rank, part in enumerate(({"w": torch.zeros(3)}, {"b": torch.ones(1)})):
+        torch.save(part, tmp_path / f"weights_rank{rank}.pt")
+    assert feature_matrix.read_weights(tmp_path).keys() == {"w", "b"}
+    done = subprocess.CompletedProcess([], 0, "", "")
+    record = {"current_epoch": 2, "batches": [[1.0], [1.0]]}
+    (tmp_path / "record.json").write_text(json.dumps(record))
+    torch.save({"w": torch.full((3,), 1e-3)}, tmp_path / "weights_rank0.pt")
+    assert feature_matrix.classify("balanced", "max_epochs", tmp_path, done, None, ddp)[0] == "WRONG"
+    assert feature_matrix.classify("allreduce_asgd", "max_epochs", tmp_path, done, None, ddp) == \
+        ("ok (Δ 1e-03)", "weights 0.001 from DDP's")

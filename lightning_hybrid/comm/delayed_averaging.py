@@ -175,13 +175,19 @@ class DelayedGradientAveraging:
         group: the process group (a group of its own: its all-reduces run in the background).
         while_waiting: called while a rank waits for an exchange (see
             :class:`~lightning_hybrid.comm.delayed_allreduce.DelayedAllReduce`).
+        rule: how to correct (:data:`RULES`); default: the optimizer's (:func:`rule_of`). ``"update"`` works for
+            every optimizer (its state then stays each rank's own: what Adam got before 2026-11-29, kept for
+            comparison, ``benchmarks/dga_adam.py``).
     """
 
     def __init__(self, optimizer: torch.optim.Optimizer, delay: int, bucket_size_mb: float = 25.0,
-                 group: dist.ProcessGroup | None = None, while_waiting: Callable[[], None] | None = None) -> None:
+                 group: dist.ProcessGroup | None = None, while_waiting: Callable[[], None] | None = None,
+                 rule: str | None = None) -> None:
         self.optimizer = optimizer
         self.params = [p for g in optimizer.param_groups for p in g["params"]]
-        self.rule = rule_of(optimizer)
+        if rule not in (None, "update", rule_of(optimizer)):
+            raise ValueError(f"rule must be None, 'update' or {rule_of(optimizer)!r} for {type(optimizer).__name__}, got {rule!r}")
+        self.rule = rule or rule_of(optimizer)
         self.exchange = DelayedAllReduce(self.params, delay, bucket_size_mb, group=group, while_waiting=while_waiting)
         self.delay, self.group = delay, group
         self._group_of = [i for i, g in enumerate(optimizer.param_groups) for _ in g["params"]]
