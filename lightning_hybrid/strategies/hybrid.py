@@ -66,8 +66,8 @@ class HybridParallelStrategy(StageOnlyState, RoutedEvaluation, common.UnwrappedD
         objective: GABRA's ``"bottleneck"`` or ``"paper"``.
         placement_options: ``block_cost`` (``"flops"``, or ``"time"``: blocks timed), GABRA's ``population``, ``t_max``, ...
         seed: GABRA's seed.
-        gradient_sync: ``"sync"`` (average after each step) or ``"delayed"`` (applied ``delay`` steps later:
-            the delayed all-reduce of :class:`~lightning_hybrid.AllReduceASGDStrategy`), across replicas.
+        gradient_sync: ``"sync"`` (average after each step) or ``"delayed"`` (the average alone, applied ``delay``
+            steps later: Pipe-SGD, ``AllReduceASGDStrategy(method="pipe_sgd")``'s rule), across replicas.
         delay: steps of delay for ``"delayed"``.
         input_shape: shape of one sample (e.g. ``[1, 28, 28]``): the plan is made at setup, before
             any stage is materialised or moved to its device, for ``datamodule.batch_size /
