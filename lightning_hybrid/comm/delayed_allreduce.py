@@ -27,7 +27,7 @@ do not step it, so weight decay and momentum do not move it; one with a gradient
 the average of the ranks' gradients, zeros for those without one. Each exchange carries which parameters
 had a gradient on each rank, beside the rank's stop request, at the end of its first bucket. A step's
 gradient clip (:class:`~lightning_hybrid.comm.clipping.Clip`) can be applied to its average, as DDP
-clips the average (:meth:`DelayedAllReduce.push` before clipping, ``clip=`` where the average is written).
+clips the average (:meth:`DelayedAllReduce.push` before clipping, :meth:`DelayedAllReduce.clip_newest` after).
 """
 
 from __future__ import annotations
@@ -63,6 +63,7 @@ class InFlight:
     averaged: bool = False  # the all-reduce is complete and the buckets hold the average
     stop: int = 0  # the largest stop signal a rank's request carried in this exchange (once averaged)
     used: torch.Tensor | None = None  # once averaged: which parameters had a gradient on some rank (bool)
+    clip: Clip | None = None  # how the step that pushed it clipped its own gradient: applied to the average
 
     @property
     def average(self) -> torch.Tensor:
@@ -237,12 +238,17 @@ class DelayedAllReduce:
         """The oldest exchange, completed, whatever its age; None when nothing is pending."""
         return self._complete(self._queue.popleft()) if self._queue else None
 
+    def clip_newest(self, clip: Clip | None) -> None:
+        """How the step that pushed the newest exchange clipped its own gradient: its average is clipped so
+        (:meth:`write`), as DDP clips the average (push before clipping, say how after)."""
+        self._queue[-1].clip = clip
+
     def pending_state(self) -> list[dict]:
         """The pending exchanges (waited for), oldest first, as plain tensors and lists: what a
         checkpoint written between sync points must hold so that nothing computed is lost."""
         return [
             {"average": self._complete(item).average.clone(), "weights": item.weights, "lrs": item.lrs,
-             "local": item.local, "tag": item.tag, "used": item.used}
+             "local": item.local, "tag": item.tag, "used": item.used, "clip": item.clip}
             for item in self._queue
         ]
 
@@ -252,7 +258,8 @@ class DelayedAllReduce:
         them stopped on them; this one is a new run)."""
         restored = [
             InFlight([entry["average"].clone()], [], entry["weights"], entry["lrs"], entry.get("local"), entry.get("tag"),
-                     averaged=True, used=entry.get("used", torch.ones(len(self.params), dtype=torch.bool)))
+                     averaged=True, used=entry.get("used", torch.ones(len(self.params), dtype=torch.bool)),
+                     clip=entry.get("clip"))
             for entry in state
         ]
         self._queue.extendleft(reversed(restored))
@@ -261,8 +268,7 @@ class DelayedAllReduce:
         """The pending exchanges, oldest first, each waited for (still pending: nothing is handed back)."""
         return [self._complete(item) for item in self._queue]
 
-    def settled(self, optimizer: torch.optim.Optimizer, clip_of: Callable[[InFlight], Clip | None] | None = None,
-                ) -> tuple[list[torch.Tensor], dict[str, Any]]:
+    def settled(self, optimizer: torch.optim.Optimizer) -> tuple[list[torch.Tensor], dict[str, Any]]:
         """The weights (in :attr:`params`' order) and ``optimizer``'s state dict after stepping with every
         pending average (as :meth:`apply_pending` would), as copies; the rank's own are left as they are
         (the same tensors, holding the same values)."""
@@ -273,7 +279,7 @@ class DelayedAllReduce:
         loaded = self.loaded_lrs
         try:
             for item in self.pending_items():
-                self.write(item, clip_of(item) if clip_of is not None else None)
+                self.write(item)
                 step_at(optimizer, item.lrs)
             return [p.detach().clone() for p in self.params], copy.deepcopy(optimizer.state_dict())
         finally:
@@ -294,44 +300,40 @@ class DelayedAllReduce:
                             state[key] = value
             self.loaded_lrs = loaded
 
-    def write(self, item: InFlight, clip: Clip | None = None) -> None:
-        """Write an average (compensated; clipped by ``clip`` as DDP clips the average) into ``.grad``;
-        a parameter no rank had a gradient for gets ``None``, so that the optimizer leaves it alone."""
+    def write(self, item: InFlight) -> None:
+        """Write an average (compensated; clipped as its step clipped its own gradient, :meth:`clip_newest`, as
+        DDP clips the average) into ``.grad``; a parameter no rank had a gradient for gets ``None``, so that the
+        optimizer leaves it alone."""
         flat = item.average
         if self.compensation == "dc":
             flat = flat + self.dc_lambda * flat * flat * (self._flat_weights() - item.weights)
         used = item.used if item.used is not None else [True] * len(self.params)
         for p, piece, on in zip(self.params, slices(flat, self.params), used):
             p.grad = piece.clone() if on else None
-        if clip is not None:
-            clip.apply([p.grad for p in self.params if p.grad is not None])
+        if item.clip is not None:
+            item.clip.apply([p.grad for p in self.params if p.grad is not None])
         self.loaded_lrs = item.lrs
 
-    def load_ready_into_grads(self, clip: Clip | None = None) -> bool:
+    def load_ready_into_grads(self) -> bool:
         """If an average is ``delay`` pushes old, write it (:meth:`write`) into ``.grad``; say whether."""
         item = self.pop_ready()
         if item is None:
             return False
-        self.write(item, clip)
+        self.write(item)
         return True
 
-    def drain_into_grads(self) -> Iterator[InFlight]:
-        """Write every pending average into ``.grad`` (:meth:`write`, unclipped), oldest first, yielding
-        after each (step then; the item is handed to the caller, who may clip the average first)."""
+    def drain_into_grads(self) -> Iterator[None]:
+        """Write every pending average into ``.grad`` (:meth:`write`), oldest first, yielding after each (step then)."""
         while (item := self.pop_oldest()) is not None:
             self.write(item)
-            yield item
+            yield
 
-    def apply_pending(self, optimizer: torch.optim.Optimizer,
-                      clip_of: Callable[[InFlight], Clip | None] | None = None) -> int:
+    def apply_pending(self, optimizer: torch.optim.Optimizer) -> int:
         """At a sync point: step ``optimizer`` with every pending average, oldest first, each at the
-        learning rates pushed with it (and clipped by ``clip_of(item)`` when given), then zero the
-        gradients; return how many were applied (all ranks call this at the same point)."""
+        learning rates pushed with it, then zero the gradients; return how many were applied (all
+        ranks call this at the same point)."""
         applied = 0
-        for item in self.drain_into_grads():
-            clip = clip_of(item) if clip_of is not None else None
-            if clip is not None:
-                clip.apply([p.grad for p in self.params if p.grad is not None])
+        for _ in self.drain_into_grads():
             step_at(optimizer, self.loaded_lrs)
             applied += 1
         optimizer.zero_grad()

@@ -17,8 +17,7 @@ import torch
 from pytorch_lightning.trainer.states import TrainerFn
 from pytorch_lightning.utilities.rank_zero import rank_zero_info, rank_zero_warn
 
-from lightning_hybrid.comm.clipping import Clip
-from lightning_hybrid.comm.delayed_allreduce import DelayedAllReduce, InFlight, learning_rates, step_at, validate
+from lightning_hybrid.comm.delayed_allreduce import DelayedAllReduce, learning_rates, step_at, validate
 from lightning_hybrid.comm.delayed_averaging import DelayedGradientAveraging
 from lightning_hybrid.parameter_server.update_rule import MOMENTUM_CORRECTIONS, UpdateRule
 from lightning_hybrid.strategies import common
@@ -167,7 +166,6 @@ class AllReduceASGDStrategy(RankStates, common.UnwrappedDDPStrategy):
         self._restored_pending: list[dict] | None = None  # pipe_sgd: from a checkpoint written between sync points
         self._restored_live: dict[str, Any] | None = None  # pipe_sgd: that checkpoint's model before its pending averages
         self._clips: ClipRecord | None = None
-        self._pending_clips: dict[int, Clip | None] = {}  # pipe_sgd: each pending average's step's clip
         self._even: EvenBatches | None = None
 
     # ------------------------------------------------------------------ checks
@@ -207,7 +205,7 @@ class AllReduceASGDStrategy(RankStates, common.UnwrappedDDPStrategy):
             order = [p for group in optimizer.param_groups for p in group["params"]]
             optimizer_state["state"] = {i: states[p] for i, p in enumerate(order) if states[p]}
         else:
-            flat_weights, optimizer_state = self.exchange.settled(optimizer, self._clip_of)
+            flat_weights, optimizer_state = self.exchange.settled(optimizer)
             weights = dict(zip(self.exchange.params, flat_weights))
         names = {p: name for name, p in self.lightning_module.named_parameters()}
         state_dict = dict(checkpoint["state_dict"])
@@ -263,7 +261,7 @@ class AllReduceASGDStrategy(RankStates, common.UnwrappedDDPStrategy):
         optimizer, params = self.setup_exchange(trainer)
         self._steps = self.pushed = self.applied = 0
         self._configured_momentum = [group.get("momentum") for group in optimizer.param_groups]
-        self._clips, self._pending_clips = ClipRecord(self.precision_plugin), {}
+        self._clips = ClipRecord(self.precision_plugin)
         self._even = even_batches(self)
         if self.method == "dga":
             self.averaging = DelayedGradientAveraging(common.unwrap_optimizer(optimizer), self.delay, self.bucket_size_mb,
@@ -339,7 +337,7 @@ class AllReduceASGDStrategy(RankStates, common.UnwrappedDDPStrategy):
         if self.averaging is not None:
             self.averaging.exchange_gradients(stop=stop, synchronous=self._synchronous)
             return
-        self.exchange.push(learning_rates(optimizer), stop=stop, tag=self._steps)  # applied later at this step's rates
+        self.exchange.push(learning_rates(optimizer), stop=stop)  # applied later at this step's rates
         if self._synchronous:
             for _ in self.exchange.drain_into_grads():  # this step's average, at once (nothing else is pending)
                 pass
@@ -355,10 +353,8 @@ class AllReduceASGDStrategy(RankStates, common.UnwrappedDDPStrategy):
             optimizer.step()  # the average, clipped by Lightning
             self.applied += 1
         else:
-            self._pending_clips[self._steps] = clip
-            item = exchange.pop_ready()
-            if item is not None:
-                exchange.write(item, self._clip_of(item, forget=True))
+            exchange.clip_newest(clip)
+            if exchange.load_ready_into_grads():
                 step_at(optimizer, exchange.loaded_lrs)
                 self.applied += 1
         self.pushed += 1
@@ -368,10 +364,6 @@ class AllReduceASGDStrategy(RankStates, common.UnwrappedDDPStrategy):
         module.log("asgd/compute_s", self._compute_s, on_step=True, on_epoch=False)
         module.log("asgd/wait_s", exchange.wait_s - self._waited_s, on_step=True, on_epoch=False)
         module.log("asgd/bytes_sent", float(exchange.bytes_sent - self._sent), on_step=True, on_epoch=False)
-
-    def _clip_of(self, item: InFlight, forget: bool = False) -> Clip | None:
-        """How the step that pushed ``item`` clipped its own gradient (``method="pipe_sgd"``)."""
-        return self._pending_clips.pop(item.tag, None) if forget else self._pending_clips.get(item.tag)
 
     def sync_point(self) -> None:
         """Apply every pending average, oldest first; every rank then holds one model (all ranks call this
@@ -384,7 +376,7 @@ class AllReduceASGDStrategy(RankStates, common.UnwrappedDDPStrategy):
             self.applied = self.averaging.applied
             self._carried.heard(self.averaging.stop)
         elif self.exchange is not None:
-            self.applied += self.exchange.apply_pending(self.optimizers[0], lambda item: self._clip_of(item, forget=True))
+            self.applied += self.exchange.apply_pending(self.optimizers[0])
             self._carried.heard(self.exchange.stop)
 
     def on_sync_end(self) -> None:
@@ -398,5 +390,4 @@ class AllReduceASGDStrategy(RankStates, common.UnwrappedDDPStrategy):
                     group["momentum"] = configured
         self.exchange = self.averaging = None
         self.restored = self._clips = self._even = self._restored_live = None
-        self._pending_clips = {}
         super().teardown()

@@ -7,8 +7,7 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_warn
-from lightning_hybrid.comm.clipping import Clip
-from lightning_hybrid.comm.delayed_allreduce import DelayedAllReduce, InFlight, learning_rates, step_at, validate
+from lightning_hybrid.comm.delayed_allreduce import DelayedAllReduce, learning_rates, step_at, validate
 from lightning_hybrid.comm.delayed_averaging import DelayedGradientAveraging
 from lightning_hybrid.parameter_server.update_rule import MOMENTUM_CORRECTIONS, UpdateRule
 from lightning_hybrid.lightning.strategies import common
@@ -87,9 +86,6 @@ class AllReduceASGDStrategy(RankStates, common.UnwrappedDDPStrategy):
         ...
 
     def _step(self, optimizer: torch.optim.Optimizer) -> None:
-        ...
-
-    def _clip_of(self, item: InFlight, forget: bool=False) -> Clip | None:
         ...
 
     def sync_point(self) -> None:
