@@ -327,7 +327,7 @@ def test_dga_equals_its_definition(tmp_path, delay, momentum, scheduler, adam):
             LR = saved
     else:
         expected = dga_reference(delay, momentum, halve_lr_each_epoch=scheduler)
-    check_against(tmp_path, expected, atol=2e-5 if adam else 1e-6)  # Adam: rounding of its moments rebuilt backwards
+    check_against(tmp_path, expected, atol=2e-5 if adam else 1e-6)  # Adam: the rounding of its steps taken again
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["pushed"] == summary["applied"] == summary["global_step"] == 8 * EPOCHS  # one step a batch, as DDP
     assert summary["momentum"] == (None if adam else momentum) and "momentum_correction" not in proc.stderr  # kept

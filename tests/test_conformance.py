@@ -173,13 +173,14 @@ def test_uneven_batch_counts_end_with_one_message_naming_them(tmp_path, case):
 
 
 @pytest.mark.parametrize("rank", [0, 1])
-def test_a_sigterm_to_either_rank_ends_an_uneven_run_within_10_s(tmp_path, rank):
+@pytest.mark.parametrize("strategy", [("dga", "--delay", "1"), ("local_sgd", "--sync-every", "2")], ids=lambda s: s[0])
+def test_a_sigterm_to_either_rank_ends_an_uneven_run_within_10_s(tmp_path, strategy, rank):
     """Rank 1's data runs longer (40 batches against 3) and each step is slow: a SIGTERM to either rank before rank 0's
     data ends stops every rank within 10 s (the stop rides on the next exchange; Lightning's SIGTERMException
     leaves a user's script, which the command line turns into exit status 143: test_fault_matrix.py)."""
     out = tmp_path / "run"
     out.mkdir()
-    process = Zygote.start([str(SCRIPT), str(out), "--strategy", "dga", "--delay", "1", "--iterable", "--uneven", "3,40",
+    process = Zygote.start([str(SCRIPT), str(out), "--strategy", *strategy, "--iterable", "--uneven", "3,40",
                             "--step-sleep", "0.5", "--fork-ranks"], clean_env(TORCH_DISTRIBUTED_DEBUG="OFF"), REPO,
                            out / "out.log", out / "out.log")
     deadline = time.monotonic() + 60

@@ -6,7 +6,7 @@ learning rate and momentum a schedule gave it), each average clipped as the step
 gradient, a parameter without a gradient on every rank left alone: the reference keeps an SGD that has taken
 the averages (the synchronous part) and, every step, copies it and steps the copy with the rank's last D
 gradients. No response coefficient appears in it. Adam ("adam"): its moments replayed from the gradients the
-ranks computed (exact), its weights Adam's own replay (to 2e-5: the moments before each step rebuilt backwards). Other optimizers ("update"):
+ranks computed (exact), its weights Adam's own replay (to 2e-5: rounding). Other optimizers ("update"):
 each rank's own optimizer step, and D steps later its update replaced by the ranks' mean update.
 """
 
@@ -349,7 +349,7 @@ def test_two_processes_equal_the_reference_and_resume_exactly_and_agree_on_stops
 
 def check_adam(case: dict, ranks: list[dict], what: str) -> None:
     """Adam: each rank's moments before the sync are those of the average wherever it is known (exact, from
-    the gradients the ranks computed), and the weights after the sync Adam's replay (2e-5: rounding of the moments rebuilt backwards)."""
+    the gradients the ranks computed), and the weights after the sync Adam's replay (2e-5: rounding)."""
     grads_of = [result["grads"] for result in ranks]
     cycle = case.get("cycle", False)
     if not case.get("frozen") and "restart_at" not in case and case["name"] not in ADAM_WEIGHTS_ATOL:

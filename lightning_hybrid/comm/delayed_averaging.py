@@ -4,7 +4,7 @@ gradient at once, and corrects its state by the ranks' average ``delay`` steps l
 A delayed all-reduce that applies only the average, ``delay`` steps late (Pipe-SGD,
 :class:`~lightning_hybrid.comm.delayed_allreduce.DelayedAllReduce` on its own), updates every rank with
 gradients that are stale by ``delay`` steps: a stale gradient acts as momentum of its own, and at
-momentum 0.9 it needed twice DDP's samples. Under DGA the newest gradient in a rank's state is always
+momentum 0.9 it needed 1.67x DDP's samples (LeNet-5 to 98 %, ``delay=1``). Under DGA the newest gradient in a rank's state is always
 its own, computed at its own weights; only what the other ranks contributed arrives late.
 
 A step, as DDP orders it: the backward pass, then :meth:`DelayedGradientAveraging.exchange_gradients`

@@ -68,12 +68,14 @@ class AllReduceASGDStrategy(RankStates, common.UnwrappedDDPStrategy):
       gradient at once, and when the average of step ``t - delay`` arrives it corrects its weights
       (with SGD, its momentum buffers too) as if that average had been its gradient then. The ranks
       differ only by their last ``delay`` gradients: DDP's sample efficiency, its network hidden.
-      Exactly specified, for SGD and for other optimizers (Adam, AdamW: their moments stay each
-      rank's own), in :mod:`lightning_hybrid.comm.delayed_averaging`.
+      Exactly specified in :mod:`lightning_hybrid.comm.delayed_averaging`: for SGD (weights and momentum
+      buffers), Adam and AdamW (weights and both moments: the average's wherever it is known), and the
+      ranks' mean update for other optimizers.
     * ``"pipe_sgd"`` (Pipe-SGD, Li et al. 2018; Akintoye et al. 2022 combine ring all-reduce with
       asynchronous SGD): only the average is applied, ``delay`` steps late, optionally corrected by
       DC-ASGD (``compensation="dc"``) and with SGD's momentum lowered for the delay's own
-      (``momentum_correction``). Measured (``benchmarks/slow_link.py``) it needs about twice DDP's samples.
+      (``momentum_correction``). Measured (``benchmarks/slow_link.py``, LeNet-5 to 98 %) it needed 1.67x DDP's
+      samples at ``delay=1``.
 
     ``delay=0`` is DDP under either method. Every average is applied exactly once; at sync points
     (before validation, at the end of each training epoch, so before checkpoints are written, and at
@@ -101,9 +103,12 @@ class AllReduceASGDStrategy(RankStates, common.UnwrappedDDPStrategy):
     The exchange uses a process group of its own, and it is the ranks' only meeting between sync
     points: a stop request (SIGTERM, ...) on any rank rides on its next exchange and every rank stops
     when that exchange is applied, at the same step (no collective of its own). Works with the
-    optimizer and LR schedulers from ``configure_optimizers``, gradient clipping (of each rank's
-    gradient, before the exchange), accumulation, bf16 precision, checkpoints and
-    validate/test/predict. Logged each step: ``asgd/compute_s`` (forward and backward),
+    optimizer and LR schedulers from ``configure_optimizers`` (every hyperparameter a schedule moves is
+    recorded with its step), gradient clipping (the exchange starts before Lightning clips; each average is
+    clipped as its step clipped the rank's own gradient, as DDP clips the average), accumulation, bf16
+    precision, checkpoints and validate/test/predict. Every rank starts from rank 0's weights; a parameter no
+    rank has a gradient for is not stepped; ranks whose data give different numbers of batches end the fit
+    with one message naming them. Logged each step: ``asgd/compute_s`` (forward and backward),
     ``asgd/wait_s`` (blocked on communication) and ``asgd/bytes_sent`` (the bytes the step handed to
     its all-reduces). Each average is applied at the learning rates in force at the step that
     computed it (what DDP would have used). Under ``"pipe_sgd"`` the steps that apply pending averages
