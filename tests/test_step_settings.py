@@ -241,6 +241,6 @@ def test_ssp_staleness_0_follows_a_momentum_schedule_and_clips_the_average_as_dd
 def test_cneural_clips_each_pass_mean_as_ddp_clips_an_epoch_accumulated(tmp_path, tmp_path_factory):
     """A cNeural pass is one step of full-batch descent: DDP's equivalent accumulates the whole epoch
     (4 batches a rank here) and clips that once. With the momentum scheduled per step (a step is a pass)."""
-    setting = ("--clip", "0.5", "--accumulate", "4", "--epochs", "3")
+    setting = ("--clip", "0.05", "--accumulate", "4", "--epochs", "3")  # 0.5 would not bite on a pass's mean
     ddp = shared_folder(tmp_path_factory, "schedule_clip_ddp_epoch", lambda out: _run(out, "--strategy", "ddp", *setting))
     _assert_ddps(_run(tmp_path, "--strategy", "cneural", *setting), ddp, "cNeural")
