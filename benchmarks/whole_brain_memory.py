@@ -1,6 +1,8 @@
 """Each rank's memory when 3D-ResAttNet-34 trains on whole-brain volumes: data parallelism as a user would try
-it first (DDP; with gradient accumulation; with activation checkpointing; both) against the pipeline
-(2 and 4 stages, 1F1B and GPipe), every contender at the same global batch, through the real command.
+it first (DDP; with gradient accumulation; with activation checkpointing; both), fully sharded data parallelism
+as a user with a model too large picks it (``strategy=fsdp2``: ZeRO-3, with and without checkpointing, with a
+batch of one accumulated; ``fsdp2_shard_grad_op``: ZeRO-2) against the pipeline (2 and 4 stages, 1F1B and
+GPipe), every contender at the same global batch, through the real command.
 
 Each run trains two optimizer steps on synthetic ADNI volumes at the whole-brain view (2 mm: 80 x 104 x 88;
 1.5 mm: 112 x 136 x 120), read from a disk cache in the training process (``data.cache.where=disk``,
@@ -48,6 +50,9 @@ def contenders(view: tuple[int, ...] = VIEWS["2mm"]) -> dict[str, tuple[int, lis
                    f"trainer.accumulate_grad_batches={BATCH // 2 // per_step}",
                    f"trainer.limit_train_batches={STEPS * BATCH // 2 // per_step}", f"model.checkpoint_blocks={str(checkpointed).lower()}"]
 
+    def fsdp(per_step: int, checkpointed: bool, alias: str = "fsdp2") -> tuple[int, list[str]]:
+        return 2, [f"strategy={alias}", *ddp(per_step, checkpointed)[1][1:]]
+
     def pipe(stages: int, schedule: str) -> tuple[int, list[str]]:
         return stages, ["strategy=hybrid", f"trainer.devices={stages}", f"strategy.pipeline_stages={stages}",
                         f"data.batch_size={BATCH}", f"strategy.micro_batches={BATCH}", f"strategy.schedule={schedule}",
@@ -55,6 +60,8 @@ def contenders(view: tuple[int, ...] = VIEWS["2mm"]) -> dict[str, tuple[int, lis
                         *(["allow_cpu_oversubscription=true"] if stages > os.cpu_count() else [])]
 
     return {"ddp": ddp(4, False), "ddp_accum": ddp(1, False), "ddp_ckpt": ddp(4, True), "ddp_ckpt_accum": ddp(1, True),
+            "fsdp": fsdp(4, False), "fsdp_ckpt": fsdp(4, True), "fsdp_ckpt_accum": fsdp(1, True),
+            "fsdp_zero2": fsdp(4, False, "fsdp2_shard_grad_op"), "fsdp_zero2_ckpt": fsdp(4, True, "fsdp2_shard_grad_op"),
             "pipe2_1f1b": pipe(2, "1F1B"), "pipe2_gpipe": pipe(2, "GPipe"), "pipe4_1f1b": pipe(4, "1F1B"),
             "pipe4_gpipe": pipe(4, "GPipe")}
 
@@ -68,14 +75,17 @@ def common(view: tuple[int, ...], data_root: Path) -> list[str]:
             "+trainer.enable_checkpointing=false", "test=false"]
 
 
-def ddp_estimate(view: tuple[int, ...], overrides: list[str]) -> float:
-    """MiB a DDP rank needs for these overrides (what ``memory_budget`` checks)."""
+def data_parallel_estimate(view: tuple[int, ...], overrides: list[str]) -> float:
+    """MiB a rank of DDP (or of fully sharded data parallelism) needs for these overrides (what ``memory_budget``
+    checks)."""
     from lightning_hybrid.models import ResAttNet3D
     from lightning_hybrid.placement.memory import training_memory
 
     settings = dict(o.split("=", 1) for o in overrides)
+    sharded = settings["strategy"].startswith("fsdp2")
     need = training_memory(ResAttNet3D(depth=34), (1, *view), int(settings["data.batch_size"]), optimizer_slots=2,
-                           checkpointed=settings["model.checkpoint_blocks"] == "true")
+                           checkpointed=settings["model.checkpoint_blocks"] == "true", shards=2 if sharded else 1,
+                           reshard_after_forward=settings["strategy"] == "fsdp2")
     return need.total / 2**20
 
 
@@ -129,7 +139,7 @@ def main() -> None:
         if r["returncode"] != 0:
             print(f"| {name} | {ranks} | | failed: {r['error'] or r['returncode']} | | | |", flush=True)
             continue
-        estimates = r["estimates"] or [ddp_estimate(view, overrides)] * len(r["peaks"])
+        estimates = r["estimates"] or [data_parallel_estimate(view, overrides)] * len(r["peaks"])
         ddp_peak = max(r["peaks"]) if name == "ddp" else ddp_peak
         per_step = dict(o.split("=", 1) for o in overrides)["data.batch_size"]
         if name.startswith("pipe"):

@@ -22,6 +22,7 @@ if _namespace.BASE == "pytorch_lightning" or __name__ != _namespace.PACKAGE:
         AllReduceASGDStrategy,
         BalancedDataParallelStrategy,
         CNeuralStrategy,
+        FullyShardedStrategy,
         HybridParallelStrategy,
         LocalSGDStrategy,
         PartitionedInferenceStrategy,
@@ -35,7 +36,7 @@ else:  # only `lightning` is installed: this package's names are its lightning f
     _flavour = importlib.import_module(f"{_namespace.PACKAGE}.lightning")
     globals().update({name: getattr(_flavour, name) for name in (
         "AllReduceASGDStrategy", "BalancedDataParallelStrategy", "ClassifierModule", "CNeuralStrategy",
-        "HybridParallelStrategy", "LocalSGDStrategy", "PartitionedInferenceStrategy", "SSPStrategy")})
+        "FullyShardedStrategy", "HybridParallelStrategy", "LocalSGDStrategy", "PartitionedInferenceStrategy", "SSPStrategy")})
 
 __version__ = "0.1.0"
 
@@ -44,6 +45,7 @@ __all__ = [
     "BalancedDataParallelStrategy",
     "CNeuralStrategy",
     "ClassifierModule",
+    "FullyShardedStrategy",
     "HybridParallelStrategy",
     "LocalSGDStrategy",
     "PartitionedInferenceStrategy",

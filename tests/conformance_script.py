@@ -1,7 +1,7 @@
 """Run by the conformance tests: a user's script that trains one small classifier under any strategy, DDP's
 included, with the options users combine, and writes what the tests compare with DDP's run of the same.
 
-    python conformance_script.py OUT_DIR --strategy ddp|ssp|cneural|balanced|dga|pipe_sgd|local_sgd|hybrid [options]
+    python conformance_script.py OUT_DIR --strategy ddp|ssp|cneural|balanced|dga|pipe_sgd|local_sgd|hybrid|fsdp2|fsdp2_shard_grad_op [options]
 
 Writes each rank's final weights (``rank{r}.pt``), the weights it built (``initial_rank{r}.pt``) and those it started
 training from once the strategy was set up (``start_rank{r}.pt``, with its process id in ``pid_rank{r}``), and
@@ -32,6 +32,13 @@ from lightning_hybrid import (
 SAMPLES, FEATURES, CLASSES = 256, 20, 4
 
 
+def plain(state: dict) -> dict:
+    """A state dict's tensors as plain tensors (a fully sharded model's gathered: every rank calls this)."""
+    from torch.distributed.tensor import DTensor
+
+    return {k: (v.full_tensor() if isinstance(v, DTensor) else v).detach().clone() for k, v in state.items()}
+
+
 class Net(nn.Sequential):
     num_classes = CLASSES
 
@@ -43,10 +50,10 @@ class Module(ClassifierModule):
     """The classifier with a user's usual extras: a frozen first layer, a parameter the loss never uses,
     weights each rank builds itself."""
 
-    def __init__(self, args: argparse.Namespace, **kwargs) -> None:
+    def __init__(self, unused: bool, **kwargs) -> None:
         super().__init__(Net(), **kwargs)
-        self.args = args
-        self.aux = nn.Parameter(torch.ones(3)) if args.unused else None  # an auxiliary head left out of the loss
+        self.aux = nn.Parameter(torch.ones(3)) if unused else None  # an auxiliary head left out of the loss
+        self.args: argparse.Namespace | None = None  # the script's settings (kept out of the hyperparameters)
 
     def setup(self, stage: str) -> None:
         super().setup(stage)
@@ -61,8 +68,7 @@ class Module(ClassifierModule):
 
     def on_train_start(self) -> None:
         """The weights each rank starts training from, once the strategy has set up."""
-        state = {k: v.detach().clone() for k, v in self.state_dict().items()}
-        torch.save(state, self.args.out / f"start_rank{self.trainer.global_rank}.pt")
+        torch.save(plain(self.state_dict()), self.args.out / f"start_rank{self.trainer.global_rank}.pt")
         (self.args.out / f"pid_rank{self.trainer.global_rank}").write_text(str(os.getpid()))
 
 
@@ -113,6 +119,10 @@ def strategy_of(args: argparse.Namespace):
                                      **common)
     if name == "local_sgd":
         return LocalSGDStrategy(sync_every=args.sync_every, delay=args.delay, **common)
+    if name in ("fsdp2", "fsdp2_shard_grad_op"):
+        from lightning_hybrid.strategies.fsdp2 import FullyShardedStrategy
+
+        return FullyShardedStrategy(reshard_after_forward=name == "fsdp2", **common)
     if name == "hybrid":
         return HybridParallelStrategy(pipeline_stages=args.stages, data_parallel=2 // args.stages, micro_batches=2, **common)
     raise ValueError(f"unknown strategy {name}")
@@ -142,6 +152,8 @@ def main() -> None:
     parser.add_argument("--uneven", default="")
     parser.add_argument("--iterable", action="store_true")
     parser.add_argument("--step-sleep", type=float, default=0.0)
+    parser.add_argument("--checkpoint-dir", type=Path, default=None, help="a checkpoint at each epoch's end")
+    parser.add_argument("--resume", default=None, help="the checkpoint to resume from")
     parser.add_argument("--fork-ranks", action="store_true")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -159,21 +171,25 @@ def main() -> None:
                                           base_momentum=0.85, max_momentum=0.95), "interval": "step"}
     elif args.scheduler == "step":
         scheduler = partial(torch.optim.lr_scheduler.StepLR, step_size=1, gamma=0.5)
-    module = Module(args, optimizer=optimizer, scheduler=scheduler)
+    module = Module(args.unused, optimizer=optimizer, scheduler=scheduler)
+    module.args = args
 
     class Slow(pl.Callback):
         def on_train_batch_end(self, trainer, *_):
             time.sleep(args.step_sleep)
 
+    callbacks = [Slow()] if args.step_sleep else []
+    if args.checkpoint_dir:
+        callbacks.append(pl.callbacks.ModelCheckpoint(dirpath=args.checkpoint_dir, save_top_k=-1, filename="{epoch}"))
     trainer = pl.Trainer(
         accelerator="cpu", devices=2, strategy=strategy_of(args), max_epochs=args.epochs, logger=False,
-        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
-        gradient_clip_val=args.clip, accumulate_grad_batches=args.accumulate, precision=args.precision,
-        use_distributed_sampler=not args.uneven, callbacks=[Slow()] if args.step_sleep else [],
+        enable_checkpointing=bool(args.checkpoint_dir), enable_progress_bar=False, enable_model_summary=False,
+        num_sanity_val_steps=0, gradient_clip_val=args.clip, accumulate_grad_batches=args.accumulate,
+        precision=args.precision, use_distributed_sampler=not args.uneven, callbacks=callbacks,
     )
-    trainer.fit(module, datamodule=Data(args))
+    trainer.fit(module, datamodule=Data(args), ckpt_path=args.resume)
     rank = trainer.global_rank
-    torch.save({k: v.detach().clone() for k, v in module.state_dict().items()}, args.out / f"rank{rank}.pt")
+    torch.save(plain(module.state_dict()), args.out / f"rank{rank}.pt")
     if trainer.is_global_zero:
         metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
         (args.out / "metrics.json").write_text(json.dumps(metrics))

@@ -98,6 +98,9 @@ EXACT = {
     # the pipeline holds the global batch of 16 DDP's 2 ranks take 8 each of; a parameter outside its blocks has no stage
     "hybrid": (("--strategy", "hybrid", "--batch-size", "16"), tuple(a for a in SGD if a != "--unused"), ()),
     "hybrid_replicas": (("--strategy", "hybrid", "--stages", "1"), tuple(a for a in SGD if a != "--unused"), ()),
+    # fully sharded data parallelism (ZeRO-3, and ZeRO-2: the parameters kept gathered from forward to backward)
+    "fsdp2": (("--strategy", "fsdp2"), SGD, ()),
+    "fsdp2_shard_grad_op": (("--strategy", "fsdp2_shard_grad_op"), SGD, ()),
     # one step of full-batch descent a pass: DDP accumulating the whole epoch's 16 batches (an epoch-interval schedule)
     "cneural": (("--strategy", "cneural"), ("--init", "per-rank", "--freeze", "--unused", "--weight-decay", "0.1",
                                             "--scheduler", "step", "--epochs", "3"), ("--accumulate", "16")),
@@ -133,6 +136,18 @@ def test_asynchrony_stays_within_its_stated_bound_of_ddp(tmp_path, tmp_path_fact
     run(tmp_path, *args, *options)
     check_promises(tmp_path, options)
     assert distance(trained(tmp_path), trained(ddp)) <= bound, case
+
+
+def test_a_fully_sharded_run_resumes_from_its_checkpoint_exactly(tmp_path):
+    """FullyShardedStrategy's checkpoint holds the whole model (plain tensors) and AdamW's state over it; a run
+    resumed from the first epoch's ends with the uninterrupted run's weights."""
+    options = ("--strategy", "fsdp2", "--optimizer", "adamw", "--lr", "0.01", "--weight-decay", "0.1")
+    run(tmp_path / "whole", *options, "--checkpoint-dir", str(tmp_path / "ckpt"))
+    saved = torch.load(tmp_path / "ckpt" / "epoch=0.ckpt", weights_only=False)
+    assert all(type(v) is torch.Tensor for v in saved["state_dict"].values())
+    assert set(saved["optimizer_states"][0]["state"]) == {name for name in saved["state_dict"] if name.startswith("net.")}
+    run(tmp_path / "resumed", *options, "--resume", str(tmp_path / "ckpt" / "epoch=0.ckpt"))
+    assert distance(trained(tmp_path / "resumed"), trained(tmp_path / "whole")) == 0
 
 
 def test_ranks_that_built_different_weights_train_rank_zeros_model(tmp_path):

@@ -251,8 +251,9 @@ def test_step_checkpoints_are_refused_with_delayed_gradient_sync():
 
 def test_the_placement_planned_from_a_validation_batch_is_the_training_one():
     # The pipeline is planned on the first batch it sees: a sanity check's or trainer.validate's
-    # comes under Lightning's inference mode, and profiling still measures forward and backward.
-    strategy = HybridParallelStrategy(devices=[1.0, 1.0])
+    # comes under Lightning's inference mode, and profiling still measures forward and backward (by FLOPs here:
+    # timed blocks would make two plans differ by the timings' noise).
+    strategy = HybridParallelStrategy(devices=[1.0, 1.0], placement_options={"block_cost": "flops"})
     module = _ProbeWithTrainingStep()
     devices = [Device("a", speed=1e9, memory=1e12), Device("b", speed=1e9, memory=1e12)]
     x = torch.randn(4, 1, 4, 4)

@@ -83,3 +83,34 @@ def test_under_a_budget_ddp_is_refused_in_one_message_and_the_pipeline_trains_wi
     metrics = json.loads((tmp_path / "hybrid" / "metrics.json").read_text())
     estimates = [v for k, v in metrics.items() if k.endswith("_estimate_MiB")]
     assert len(estimates) == 2 and max(estimates) <= 120, metrics
+
+
+def test_a_fully_sharded_rank_holds_a_shard_of_the_state_and_the_parameters_it_gathers():
+    """FSDP over 4 ranks: a quarter of the parameters, gradients and optimizer state, no buckets; a block's and the
+    next one's whole parameters gathered (ZeRO-3), or the whole model's from forward to backward (ZeRO-2); the
+    largest block's whole gradient as the transient; the activations of its own batch, as DDP's."""
+    net = ResAttNet3D(depth=18, base_channels=8)
+    blocks = [sum(p.numel() * 4 for p in block.parameters()) for block in net]
+    param_bytes = sum(blocks)
+    ddp = training_memory(net, (1, 32, 32, 32), 4, 2)
+    zero3 = training_memory(net, (1, 32, 32, 32), 4, 2, shards=4)
+    zero2 = training_memory(net, (1, 32, 32, 32), 4, 2, shards=4, reshard_after_forward=False)
+    assert zero3.gradients == param_bytes / 4 and zero3.optimizer_state == param_bytes / 2 and zero3.buckets == 0
+    assert zero3.gathered == sum(sorted(blocks)[-2:]) and zero2.gathered == param_bytes
+    assert zero3.activations == ddp.activations and zero3.transient >= max(blocks)
+    assert zero3.total < zero2.total < ddp.total
+    assert "parameters (1/4)" in zero3.describe() and "gathered parameters" in zero3.describe()
+
+
+def test_a_fully_sharded_run_is_checked_against_the_budget_with_its_shards():
+    """MemoryBudget estimates a FullyShardedStrategy rank as a shard (refused under a budget between the sharded
+    need and DDP's; DDP refused there, naming fsdp2 among the remedies)."""
+    from lightning_hybrid.strategies.fsdp2 import FullyShardedStrategy
+
+    module = ClassifierModule(MLP(hidden=(512,)), optimizer=lambda p: torch.optim.Adam(p, lr=1e-3))
+    data = SyntheticMNISTDataModule(num_train=64, num_val=16, num_test=16, batch_size=32)
+    ddp, sharded = MemoryBudget.estimate(module, data), MemoryBudget.estimate(module, data, shards=2)
+    budget = MemoryBudget((ddp.total + sharded.total) / 2)
+    budget.check(FullyShardedStrategy(parallel_devices=[torch.device("cpu")] * 2), module, data)
+    with pytest.raises(MemoryBudgetExceeded, match=r"strategy=fsdp2"):
+        budget.check(pl.strategies.DDPStrategy(), module, data)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import itertools
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -106,9 +108,45 @@ def trace_blocks(model: nn.Module | Iterable[tuple[str, nn.Module]], example: to
     return result
 
 
+def _on_meta(block: nn.Module) -> bool:
+    return any(t.is_meta for t in itertools.chain(block.parameters(), block.buffers()))
+
+
+def _time(block: nn.Module, x: torch.Tensor, repeats: int, first: bool) -> tuple[float, torch.Tensor]:
+    """Mean forward + backward seconds of ``block`` on ``x`` over ``repeats`` runs (after one warm-up), and its
+    output; its buffers (BatchNorm's statistics) and gradients left as they were."""
+    buffers, grads = {k: v.clone() for k, v in block.state_dict().items()}, {p: p.grad for p in block.parameters()}
+    times = []
+    for _ in range(repeats + 1):
+        start = time.perf_counter()
+        y = block(x.detach().requires_grad_(not first and x.is_floating_point()))
+        if y.requires_grad:
+            y.backward(torch.ones_like(y))
+        times.append(time.perf_counter() - start)
+    block.load_state_dict(buffers)
+    for p, g in grads.items():
+        p.grad = g
+    return sum(times[1:]) / repeats, y.detach()
+
+
 def _storage(tensor: torch.Tensor) -> int:
     """The identity of ``tensor``'s storage (shared by its views and detached copies; on the meta device too)."""
     return tensor.untyped_storage()._cdata
+
+
+def materialised_for_timing(block: nn.Module, device: torch.device | str) -> nn.Module:
+    """A copy of a block on the meta device with real tensors on ``device``: values for timing only (small
+    random weights, BatchNorm's running variance 1), no ``reset_parameters()`` needed."""
+    real = copy.deepcopy(block).to_empty(device=device)
+    with torch.no_grad():
+        for name, tensor in itertools.chain(real.named_parameters(), real.named_buffers()):
+            if not tensor.is_floating_point():
+                tensor.zero_()
+            elif name.endswith("running_var"):
+                tensor.fill_(1.0)
+            else:
+                tensor.normal_(0.0, 0.02)
+    return real
 
 
 def profile_blocks(
@@ -120,6 +158,7 @@ def profile_blocks(
     repeats: int = 3,
     checkpointed: bool = False,
     batch_size: int | None = None,
+    time_on: torch.device | str | None = None,
 ) -> list[Block]:
     """Measure each block on ``example`` (one batch, or one micro-batch) and return its :class:`Block`.
 
@@ -135,7 +174,9 @@ def profile_blocks(
     The model's parameters, gradients and buffers (BatchNorm statistics) are left as they were.
     On the meta device (a model from ``configure_model()``, or
     :func:`~lightning_hybrid.pipeline.materialize.meta_copy`) everything but ``time`` is measured
-    without memory.
+    without memory, and ``time`` on a copy of one block at a time made real on ``time_on`` (default: the
+    CPU; :func:`materialised_for_timing`), fed random values of its input's shape: at most one block's
+    memory at once, whatever the model's size.
 
     Example::
 
@@ -145,27 +186,19 @@ def profile_blocks(
         >>> [b.name for b in blocks][:3], blocks[0].out_bytes
         (['c1', 's2', 'c3'], 150528.0)
     """
-    if measure_time and example.is_meta:
-        raise ValueError("measure_time needs real tensors, not the meta device: profile a materialised model")
     pairs = named_blocks(model)
     result = []
     x = example
+    device = torch.device(time_on) if time_on is not None else torch.device("cpu")
     for (name, block), (_, trace) in zip(pairs, trace_blocks(pairs, example, batch_size)):
         seconds = None
         if measure_time:
-            buffers, grads = {k: v.clone() for k, v in block.state_dict().items()}, {p: p.grad for p in block.parameters()}
-            times = []
-            for _ in range(repeats + 1):
-                start = time.perf_counter()
-                y = block(x.detach().requires_grad_(len(result) > 0 and x.is_floating_point()))
-                if y.requires_grad:
-                    y.backward(torch.ones_like(y))
-                times.append(time.perf_counter() - start)
-            seconds = sum(times[1:]) / repeats
-            x = y.detach()
-            block.load_state_dict(buffers)  # BatchNorm's statistics and the gradients as they were
-            for p, g in grads.items():
-                p.grad = g
+            timed = materialised_for_timing(block, device) if _on_meta(block) else block
+            if x.is_meta:  # a shape: random values of it, where the timed copy runs
+                x = torch.randn(x.shape, device=device).to(x.dtype) if x.is_floating_point() \
+                    else torch.zeros(x.shape, dtype=x.dtype, device=device)
+            seconds, x = _time(timed, x, repeats, first=not result)
+            del timed
         result.append(
             Block(
                 name=name,

@@ -9,6 +9,7 @@ model's size; or timed for real, ``method="time"``) and places them with a metho
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -18,6 +19,10 @@ from lightning_hybrid.devices import Device, probe_speed
 from lightning_hybrid.pipeline.materialize import is_freed, meta_copy
 from lightning_hybrid.placement import Placement, plan, profile_blocks
 from lightning_hybrid.placement.problem import InfeasiblePlacementError, Problem, memory_table
+
+log = logging.getLogger(__name__)
+#: How a block is weighed: ``"auto"`` (timed where it can be, else FLOPs), ``"time"``, ``"flops"``.
+BLOCK_COSTS = ("auto", "time", "flops")
 
 
 def plan_stages(
@@ -33,6 +38,7 @@ def plan_stages(
     in_flight: int,
     checkpointed: bool = False,
     held_messages: int = 0,
+    time_on: torch.device | str | None = None,
 ) -> Placement:
     """Place the blocks of ``container`` (its children, in order) in ``stages`` stages on ``devices``.
 
@@ -41,27 +47,42 @@ def plan_stages(
     blocks; ``in_flight`` the micro-batches whose activations a stage holds at once; ``held_messages`` the
     copies of its input and output it keeps for its messages (:class:`~lightning_hybrid.placement.Problem`); ``checkpointed``
     whether the stages recompute their blocks' activations in backward (only the blocks' inputs held).
-    ``options["block_cost"] = "time"`` gives a method each block's measured time instead of its counted FLOPs
-    (timed here, as ``method="time"`` does, in FLOP-equivalents of this device's probed speed, so that the
-    devices' speeds still divide it): for blocks whose FLOPs run at different rates. A placement that
-    fits no device's memory is refused with the memory table of blocks and devices. With ``method="time"``, an
-    ``example`` on the meta device (a shape given before any batch: ``input_shape``) is timed on values made for it.
+    ``options["block_cost"]`` weighs each block: ``"auto"`` (the default) and ``"time"`` by its measured time
+    (timed here, as ``method="time"`` does, in FLOP-equivalents of the probed speed of ``time_on``, the device
+    the rank trains on, so that the devices' speeds still divide it: blocks whose FLOPs run at different rates
+    are placed by what they cost); a model on the meta device (``configure_model()``) is timed one block at a
+    time on a copy made real (:func:`~lightning_hybrid.placement.cost.profile_blocks`); ``"flops"`` by its
+    counted FLOPs. Where ``"auto"`` cannot time the blocks it counts FLOPs and says why
+    (the placement's ``notes["block_cost"]`` says which was used). A placement that fits no device's memory is refused
+    with the memory table of blocks and devices. With ``method="time"``, an ``example`` on the meta device (a
+    shape given before any batch: ``input_shape``) is timed on values made for it.
     """
     named = list(container.named_children())
     options = dict(options)
-    block_cost = options.pop("block_cost", "flops")
-    if block_cost not in ("flops", "time"):
-        raise ValueError(f"placement_options.block_cost must be 'flops' or 'time', got {block_cost!r}")
+    block_cost = options.pop("block_cost", "auto")
+    if block_cost not in BLOCK_COSTS:
+        raise ValueError(f"placement_options.block_cost must be one of {BLOCK_COSTS}, got {block_cost!r}")
+    if block_cost == "auto":
+        try:
+            placement = plan_stages(container, example, devices, method, stages, objective, seed,
+                                    {**options, "block_cost": "time"}, optimizer_slots, in_flight, checkpointed,
+                                    held_messages, time_on)
+        except InfeasiblePlacementError:
+            raise
+        except (RuntimeError, TypeError, ValueError, NotImplementedError) as error:  # a block that cannot run apart
+            log.info("placement: the blocks could not be timed (%s: %s); placed by their FLOPs", type(error).__name__, error)
+            return plan_stages(container, example, devices, method, stages, objective, seed,
+                               {**options, "block_cost": "flops"}, optimizer_slots, in_flight, checkpointed, held_messages)
+        return placement
     timed = method == "time" or block_cost == "time"
-    if timed and any(is_freed(block) for _, block in named):
-        raise ValueError("placement='time' and block_cost='time' time the real blocks, but the model is on the meta "
-                         "device (configure_model()); count FLOPs instead, or build the model in __init__")
     was_training = [block.training for _, block in named]
     # Profiling runs backward: the first batch may be validation's (sanity check), under inference mode.
     with torch.inference_mode(False), torch.enable_grad():
-        pairs = named if timed else [(name, meta_copy(block)) for name, block in named]
+        on_meta = any(is_freed(block) for _, block in named)
+        pairs = named if timed and not on_meta else [(name, meta_copy(block)) for name, block in named]
         micro_batch = len(example)
-        if not timed:  # shapes only; at least 2 samples (BatchNorm in training mode refuses one per channel), scaled back
+        if not timed or on_meta:  # shapes only (a model on the meta device is timed a block at a time, made real)
+            # at least 2 samples (BatchNorm in training mode refuses one per channel), scaled back
             example = torch.empty(max(len(example), 2), *example.shape[1:], dtype=example.dtype, device="meta")
         elif example.is_meta:  # a shape given before any batch (input_shape): real values to time the blocks on
             device = next((t.device for _, b in named for t in b.parameters()), torch.device("cpu"))
@@ -72,17 +93,21 @@ def plan_stages(
         for _, block in pairs:
             block.train()
         blocks = profile_blocks(pairs, example, optimizer_slots=optimizer_slots, measure_time=timed, repeats=2,
-                                in_flight=in_flight, checkpointed=checkpointed, batch_size=micro_batch)
+                                in_flight=in_flight, checkpointed=checkpointed, batch_size=micro_batch,
+                                time_on=time_on)
     for (_, block), training in zip(named, was_training):
         block.train(training)
     if block_cost == "time":  # seconds here x this device's FLOP/s: the units the devices' speeds divide
-        reference = probe_speed(example.device)
+        reference = probe_speed(torch.device(time_on) if on_meta and time_on is not None else
+                                torch.device("cpu") if on_meta else example.device)
         blocks = [dataclasses.replace(b, cost=b.time * reference) for b in blocks]
     devices = list(devices)
     try:
         if isinstance(method, str):
-            return plan(blocks, devices, method=method, objective=objective, stages=stages, seed=seed,
-                        held_messages=held_messages, **options)
+            placement = plan(blocks, devices, method=method, objective=objective, stages=stages, seed=seed,
+                             held_messages=held_messages, **options)
+            placement.notes["block_cost"] = "time" if timed else "flops"
+            return placement
         edges = [0]
         for size in method:
             edges.append(edges[-1] + size)
@@ -92,4 +117,5 @@ def plan_stages(
     if not placement.feasible:
         raise InfeasiblePlacementError(f"the given stage sizes {list(method)} do not fit the devices' memory:\n"
                                        + memory_table(blocks, devices, stages, placement))
+    placement.notes["block_cost"] = "time" if timed else "flops"
     return placement

@@ -15,6 +15,7 @@ if TYPE_CHECKING:  # the names for type checkers; at run time, __getattr__ below
     from lightning_hybrid.strategies.allreduce_asgd import AllReduceASGDStrategy
     from lightning_hybrid.strategies.balanced import BalancedDataParallelStrategy
     from lightning_hybrid.strategies.cneural import CNeuralStrategy
+    from lightning_hybrid.strategies.fsdp2 import FullyShardedStrategy
     from lightning_hybrid.strategies.hybrid import HybridParallelStrategy
     from lightning_hybrid.strategies.local_sgd import LocalSGDStrategy
     from lightning_hybrid.strategies.parameter_server import ParameterServerStrategy
@@ -26,6 +27,7 @@ LAZY = {
     "AllReduceASGDStrategy": "lightning_hybrid.strategies.allreduce_asgd",
     "BalancedDataParallelStrategy": "lightning_hybrid.strategies.balanced",
     "CNeuralStrategy": "lightning_hybrid.strategies.cneural",
+    "FullyShardedStrategy": "lightning_hybrid.strategies.fsdp2",
     "HybridParallelStrategy": "lightning_hybrid.strategies.hybrid",
     "LocalSGDStrategy": "lightning_hybrid.strategies.local_sgd",
     "ParameterServerStrategy": "lightning_hybrid.strategies.parameter_server",

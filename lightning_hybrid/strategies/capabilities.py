@@ -47,6 +47,9 @@ class Capabilities:
     #: within a budget; otherwise every rank holds the whole model, which
     #: :class:`~lightning_hybrid.callbacks.MemoryBudget` checks against the budget before training.
     holds_part_of_the_model: bool = False
+    #: How a rank holds the whole model, for :func:`~lightning_hybrid.placement.memory.training_memory`'s estimate of
+    #: it (a fully sharded strategy: ``{"shards": N, "reshard_after_forward": ...}``; {}: a replica's every copy).
+    memory_layout: dict = {}
 
     def inject_compute_slowdown(self, factor: float) -> None:
         """Make this rank's compute ``factor`` times slower (only where :attr:`slows_its_compute`)."""

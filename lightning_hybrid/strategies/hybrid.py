@@ -64,7 +64,9 @@ class HybridParallelStrategy(StageOnlyState, RoutedEvaluation, common.UnwrappedD
             1 is the FLOP/s rank 0 measures, see :mod:`lightning_hybrid.devices`), or ``None`` to measure each
             position's speed with a short probe.
         objective: GABRA's ``"bottleneck"`` or ``"paper"``.
-        placement_options: ``block_cost`` (``"flops"``, or ``"time"``: blocks timed), GABRA's ``population``, ``t_max``, ...
+        placement_options: ``block_cost`` (``"auto"``: each block timed on rank 0's device where it can be, a
+            model built in ``configure_model()`` one block at a time, else FLOPs; ``"time"``; ``"flops"``: counted,
+            the same placement every run), GABRA's ``population``, ``t_max``, ...
         seed: GABRA's seed.
         gradient_sync: ``"sync"`` (average after each step) or ``"delayed"`` (the average alone, applied ``delay``
             steps later: Pipe-SGD, ``AllReduceASGDStrategy(method="pipe_sgd")``'s rule), across replicas.
@@ -131,7 +133,7 @@ class HybridParallelStrategy(StageOnlyState, RoutedEvaluation, common.UnwrappedD
         self._init_states: dict[torch.nn.Module, torch.Tensor] | None = None  # noted in configure_model()
         self._peak: PeakMemory | None = None
         #: Bytes each stage may hold (MemoryBudget, ``memory_budget=``): the devices' memory for the plan.
-        self.memory_limit: float | None = None
+        self.memory_limit: float | list[float] | None = None
         #: Set by lightning_hybrid.sim: this rank's compute is slowed by this factor.
         self.compute_slowdown = 1.0
         #: The placement in use (the same on every rank), once planned.
@@ -195,9 +197,10 @@ class HybridParallelStrategy(StageOnlyState, RoutedEvaluation, common.UnwrappedD
     slows_its_compute = True  # Capabilities: a simulated straggler slows the compute itself
     holds_part_of_the_model = True  # Capabilities: each rank holds its stage; a memory budget bounds the plan
 
-    def limit_memory(self, limit_bytes: float) -> None:
-        """Place the stages so that each fits ``limit_bytes`` (beside each device's own memory)."""
-        self.memory_limit = float(limit_bytes)
+    def limit_memory(self, limit_bytes: float | list[float]) -> None:
+        """Place the stages so that each fits ``limit_bytes`` (one a pipeline position, or the same for all; beside
+        each device's own memory)."""
+        self.memory_limit = [float(v) for v in limit_bytes] if isinstance(limit_bytes, list) else float(limit_bytes)
 
     def inject_compute_slowdown(self, factor: float) -> None:
         """Make this rank's stage compute ``factor`` times slower (heterogeneity simulation)."""
@@ -281,13 +284,17 @@ class HybridParallelStrategy(StageOnlyState, RoutedEvaluation, common.UnwrappedD
             optimizer_slots=self.optimizer_slots, checkpointed=bool(getattr(pipeline_blocks(module), "checkpoint_blocks", False)),
             # the micro-batches whose activations the first stage holds at once; a send's tensor is kept to the step's end
             in_flight=self.micro_batches if self.schedule_name == "GPipe" else min(self.micro_batches, self.pipeline_stages),
-            held_messages=self.micro_batches)
+            held_messages=self.micro_batches, time_on=self.root_device if self.parallel_devices else None)
 
     def _agreed_placement(self, module: pl.LightningModule, example: torch.Tensor) -> Placement:
         """Rank 0 plans with ``example`` (one micro-batch); every rank gets the placement, or its error."""
         devices = self._given_devices_in_flops() if self.given_devices is not None else self._probe_devices()
         if self.memory_limit is not None:
-            devices = [dataclasses.replace(d, memory=min(d.memory, self.memory_limit)) for d in devices]
+            limits = self.memory_limit if isinstance(self.memory_limit, list) else [self.memory_limit] * len(devices)
+            if len(limits) < len(devices):
+                raise ValueError(f"memory_budget gives {len(limits)} sizes for {len(devices)} pipeline positions: give one "
+                                 "a rank of a replica, or one for all")
+            devices = [dataclasses.replace(d, memory=min(d.memory, limit)) for d, limit in zip(devices, limits)]
         planned: Placement | Exception | None = None
         if self.global_rank == 0:
             try:

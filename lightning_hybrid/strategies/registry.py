@@ -1,6 +1,6 @@
 """The strategies' string aliases (``"ssp"``, ``"ssp_bounded"``, ``"ssp_async"``, ``"cneural"``,
 ``"allreduce_asgd"``, ``"allreduce_asgd_dc"``, ``"local_sgd"``, ``"hybrid"``, ``"partitioned_inference"``,
-``"balanced"``) registered with Lightning's ``StrategyRegistry`` when this module is imported (``import
+``"balanced"``, ``"fsdp2"``, ``"fsdp2_shard_grad_op"``) registered with Lightning's ``StrategyRegistry`` when this module is imported (``import
 lightning_hybrid`` does so). Where ``lightning`` is imported already, the aliases are registered with
 ``lightning.pytorch``'s registry too, naming this package's ``lightning`` flavour
 (:mod:`lightning_hybrid.namespace`); ``import lightning_hybrid.lightning`` registers them there in any order.
@@ -16,13 +16,14 @@ from lightning_hybrid import namespace
 from lightning_hybrid.strategies.allreduce_asgd import AllReduceASGDStrategy
 from lightning_hybrid.strategies.balanced import BalancedDataParallelStrategy
 from lightning_hybrid.strategies.cneural import CNeuralStrategy
+from lightning_hybrid.strategies.fsdp2 import FullyShardedStrategy
 from lightning_hybrid.strategies.hybrid import HybridParallelStrategy
 from lightning_hybrid.strategies.local_sgd import LocalSGDStrategy
 from lightning_hybrid.strategies.partitioned_inference import PartitionedInferenceStrategy
 from lightning_hybrid.strategies.ssp import SSPStrategy
 
 _ALIASED = (SSPStrategy, CNeuralStrategy, AllReduceASGDStrategy, HybridParallelStrategy, PartitionedInferenceStrategy,
-            BalancedDataParallelStrategy, LocalSGDStrategy)
+            BalancedDataParallelStrategy, LocalSGDStrategy, FullyShardedStrategy)
 for _strategy in _ALIASED:
     _strategy.register_strategies(StrategyRegistry)
 

@@ -1,5 +1,6 @@
 # Generated from lightning_hybrid/callbacks/memory_budget.py by `python tools/generate_lightning_namespace.py`: edit that file, not this one.
 from __future__ import annotations
+from collections.abc import Sequence
 from typing import Any
 import lightning.pytorch as pl
 import torch
@@ -14,7 +15,7 @@ class MemoryBudgetExceeded(ValueError):
 
 class MemoryBudget(pl.Callback):
 
-    def __init__(self, limit: float | str) -> None:
+    def __init__(self, limit: float | str | Sequence[float | str]) -> None:
         ...
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -24,7 +25,7 @@ class MemoryBudget(pl.Callback):
         ...
 
     @staticmethod
-    def estimate(pl_module: pl.LightningModule, datamodule: Any) -> TrainingMemory | None:
+    def estimate(pl_module: pl.LightningModule, datamodule: Any, **layout: Any) -> TrainingMemory | None:
         ...
 
 def _first_optimizer(configured: Any) -> torch.optim.Optimizer | None:

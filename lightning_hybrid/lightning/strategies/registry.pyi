@@ -7,6 +7,7 @@ from lightning_hybrid.lightning import namespace
 from lightning_hybrid.lightning.strategies.allreduce_asgd import AllReduceASGDStrategy
 from lightning_hybrid.lightning.strategies.balanced import BalancedDataParallelStrategy
 from lightning_hybrid.lightning.strategies.cneural import CNeuralStrategy
+from lightning_hybrid.lightning.strategies.fsdp2 import FullyShardedStrategy
 from lightning_hybrid.lightning.strategies.hybrid import HybridParallelStrategy
 from lightning_hybrid.lightning.strategies.local_sgd import LocalSGDStrategy
 from lightning_hybrid.lightning.strategies.partitioned_inference import PartitionedInferenceStrategy
