@@ -198,6 +198,24 @@ class LocalSGD:
                 copy_into(fragment.theta, self._weights(fragment))
         self.steps = 0
 
+    def pending_stop(self) -> int:
+        """Wait for the averages in flight (applied later, in order) and return the largest stop signal any of
+        them, or an applied one, carried (0: none): at a sync point, a stop asked for in the last round is heard
+        before the ranks meet."""
+        for fragment in self.fragments:
+            for item in self._completed(fragment):
+                self.stop = max(self.stop, decode(item[-WIDTH:]))
+        return self.stop
+
+    def _completed(self, fragment: _Fragment) -> list[torch.Tensor]:
+        """The fragment's averages in flight, each waited for (kept in place, still to be applied)."""
+        for i, item in enumerate(fragment.pending):
+            if isinstance(item, Pending):
+                start = time.perf_counter()
+                fragment.pending[i] = item.wait(self.while_waiting)
+                self.wait_s += time.perf_counter() - start
+        return list(fragment.pending)
+
     def _steps_in_round(self, fragment: _Fragment) -> int:
         """Inner steps the fragment's current round has taken (its first round ends after
         ``H - offset`` steps, the next every ``H``)."""
@@ -215,15 +233,8 @@ class LocalSGD:
         count since the last sync point. The ranks' own weights and inner optimizer states are theirs."""
         fragments = []
         for fragment in self.fragments:
-            pending = []
-            for i, item in enumerate(fragment.pending):
-                if isinstance(item, Pending):
-                    start = time.perf_counter()
-                    item = fragment.pending[i] = item.wait(self.while_waiting)
-                    self.wait_s += time.perf_counter() - start
-                pending.append(item.clone())
             fragments.append({"theta": fragment.theta.clone(), "outer": fragment.outer.state_dict(),
-                              "rounds": fragment.rounds, "pending": pending})
+                              "rounds": fragment.rounds, "pending": [t.clone() for t in self._completed(fragment)]})
         return {"steps": self.steps, "fragments": fragments}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

@@ -164,3 +164,22 @@ class ChunkDispenser:
             return 0
         last = max(0, (self.num_chunks - len(self.members)) // self.segment_chunks)
         return min(index // self.segment_chunks, last)
+
+
+class OneDataset:
+    """The server deals sample indices of one dataset to every worker: the first worker's size, and a refusal for
+    a worker whose training data has another (ranks with their own data, ``use_distributed_sampler=False``)."""
+
+    def __init__(self) -> None:
+        self.first: tuple[int, int] | None = None  # (worker, samples)
+
+    def check(self, worker: int, num_samples: int) -> str | None:
+        """None if ``worker``'s training data has as many samples as the first worker's, else what to tell it."""
+        if self.first is None:
+            self.first = (worker, num_samples)
+        if num_samples == self.first[1]:
+            return None
+        return (f"worker {worker}'s training data has {num_samples} samples and worker {self.first[0]}'s {self.first[1]}: "
+                "the server deals the sample indices of one dataset to every worker; give every worker the same dataset "
+                "(Lightning's distributed sampler does, use_distributed_sampler=True), or keep each rank's own data with a "
+                "strategy that trains on it (allreduce_asgd or local_sgd with as many batches on every rank; cneural)")

@@ -62,7 +62,7 @@ from lightning_hybrid.comm.flat import flatten_in_place
 from lightning_hybrid.parameter_server import channel
 from lightning_hybrid.parameter_server.adoption import adopter, shares_of
 from lightning_hybrid.parameter_server.channel import Payload, WorkerLostError
-from lightning_hybrid.parameter_server.dispenser import ChunkDispenser
+from lightning_hybrid.parameter_server.dispenser import ChunkDispenser, OneDataset
 from lightning_hybrid.parameter_server.gradient_mask import received_mask, stepping_only
 from lightning_hybrid.parameter_server.load import LoadMeter
 from lightning_hybrid.parameter_server.protocol import (
@@ -113,6 +113,7 @@ class ParameterServer:
         self.norms = norms  # with several shards: the other shards' part of a clipped step's norm
         self.opt: Optimization | None = None
         self.dispenser: ChunkDispenser | None = None
+        self._datasets = OneDataset()  # every worker's training data must be the same dataset
         self.version = 0  # optimizer steps taken
         self.read_version = [0] * num_workers  # the version each worker last received
         self.finished: set[int] = set()
@@ -235,6 +236,8 @@ class ParameterServer:
         self._reply(worker, Attached(ATTACHED))
 
     def handle_next_chunk(self, worker: int, request: NextChunk, payload: Payload) -> None:
+        if mismatch := self._datasets.check(worker, request.dataset.num_samples):  # one dataset's indices for all
+            return self._refuse(worker, mismatch)
         if self.dispenser is None:
             shape = request.dataset
             self.dispenser = ChunkDispenser(

@@ -374,6 +374,8 @@ class AllReduceASGDStrategy(RankStates, common.UnwrappedDDPStrategy):
         """Apply every pending average, oldest first; every rank then holds one model (all ranks call this
         at the same point, after agreeing that they trained as many batches)."""
         if self._even is not None and (self.averaging is not None or self.exchange is not None):
+            self._exchange.pending_items()  # waited for (their partners were started): a stop they carry is heard
+            self._carried.heard(self._exchange.stop)
             common.stop_if_agreed(self, self._carried)
             self._even.agree()
         if self.averaging is not None:

@@ -145,6 +145,7 @@ class LocalSGDStrategy(RankStates, common.UnwrappedDDPStrategy):
         """End every round early, apply every pending average: every rank holds the shared weights (after the
         ranks agreed that they trained as many batches)."""
         if self.local is not None:
+            self._carried.heard(self.local.pending_stop())
             common.stop_if_agreed(self, self._carried)
             self._even.agree()
             self.local.sync(stop=self.requested_stop())
