@@ -17,6 +17,7 @@ those over it are refused before training (the message is printed), the others t
     python benchmarks/whole_brain_memory.py                                  # 2 mm, every contender
     python benchmarks/whole_brain_memory.py --view 1.5mm --contenders ddp pipe2_1f1b
     python benchmarks/whole_brain_memory.py --budget 1100MiB --contenders ddp_ckpt_accum pipe2_1f1b pipe4_1f1b
+    python benchmarks/whole_brain_memory.py --budget "[500MiB,1200MiB]" --contenders fsdp_ckpt_accum pipe2_1f1b  # one a rank
 
 On CPUs the peak is the resident set's, and glibc keeps freed memory resident: its mmap threshold rises
 with each large block freed (up to 32 MiB), after which tensors come from heaps that return little, so a
@@ -145,16 +146,18 @@ def main() -> None:
         if name.startswith("pipe"):
             per_step = f"{per_step} in {BATCH} micro-batches"
         ratios = [e / p for p, e in zip(r["peaks"], estimates)]
+        versus = f"{max(r['peaks']) / ddp_peak:.2f}x" if ddp_peak else ""  # ddp among the contenders, run first
         print(f"| {name} | {ranks} | {per_step} | {', '.join(f'{p:.0f} ({e:.0f})' for p, e in zip(r['peaks'], estimates))} | "
-              f"{max(r['peaks']):.0f} | {max(r['peaks']) / ddp_peak:.2f}x | {min(ratios):.2f}-{max(ratios):.2f} |"
-              if ddp_peak else f"| {name} | {ranks} | {per_step} | {r['peaks']} | | | |", flush=True)
+              f"{max(r['peaks']):.0f} | {versus} | {min(ratios):.2f}-{max(ratios):.2f} |", flush=True)
     if args.budget is None:
         return
     print(f"\nUnder memory_budget={args.budget}:")
     for name in args.contenders:
         ranks, overrides = table[name]
-        r = run(name, [*base, *overrides, f"memory_budget={args.budget}"], args.workdir / f"{tag}_budget_{args.budget}" / name, env)
-        verdict = (f"trains: peaks (plan's estimates) {', '.join(f'{p:.0f} ({e:.0f})' for p, e in zip(r['peaks'], r['estimates']))} MiB"
+        folder = f"{tag}_budget_{args.budget.strip('[]').replace(',', '_')}"  # a list ([500MiB,1200MiB]): one a rank
+        r = run(name, [*base, *overrides, f"memory_budget={args.budget}"], args.workdir / folder / name, env)
+        estimates = r["estimates"] or [data_parallel_estimate(view, overrides)] * len(r["peaks"])
+        verdict = (f"trains: peaks (estimates) {', '.join(f'{p:.0f} ({e:.0f})' for p, e in zip(r['peaks'], estimates))} MiB"
                    if r["returncode"] == 0
                    else f"refused before training: {r['error']}")
         print(f"- {name}: {verdict}", flush=True)

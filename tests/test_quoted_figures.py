@@ -156,6 +156,7 @@ README, SNIPPET = "README.md", "docs/_snippets/strategy_table.md"
 INDEX, RECIPES = "docs/strategies/index.md", "docs/recipes/index.md"
 BALANCED, SSP, HYBRID = "docs/strategies/balanced.md", "docs/strategies/ssp.md", "docs/strategies/hybrid.md"
 ASGD, LOCAL = "docs/strategies/allreduce-asgd.md", "docs/strategies/local-sgd.md"
+FSDP = "docs/strategies/fsdp2.md"
 REPORT, BENCH = "docs/straggler-report.md", "benchmarks/README.md"
 ZHANG, ADNI = "recipes/zhang2017_delay_sync/README.md", "recipes/akintoye2022_hybrid_adni/README.md"
 MODNN = "recipes/mao2017_modnn/README.md"
@@ -320,7 +321,16 @@ FIGURES = [
     Figure("hybrid, whole-brain memory against DDP", Cells(HYBRID, WHOLE_BRAIN, ("pipe2_1f1b",), ("vs DDP",)), (
         *in_table("HybridParallelStrategy", rf"its largest rank peaks at {F} a DDP rank's memory"),
         Quote(HYBRID, rf"the 2-stage pipeline's largest rank\s+peaks at {F} a DDP rank's"),
-        Quote(INDEX, rf"largest rank\s+peaks at {F} a DDP rank's"), Quote(ADNI, rf"largest rank\s+peaks at {F} a DDP rank's"))),
+        Quote(INDEX, rf"largest rank\s+peaks at {F} a DDP rank's"), Quote(ADNI, rf"largest rank\s+peaks at {F} a DDP rank's"),
+        Quote(FSDP, rf"pipeline's largest rank\s+\({F}\)"))),
+    # ... and fully sharded data parallelism's rows beside it.
+    Figure("fsdp, whole-brain memory against DDP", Cells(HYBRID, WHOLE_BRAIN, ("fsdp",), ("vs DDP",)), (
+        Quote(FSDP, rf"rank peaks at {F} a DDP rank's memory"),)),
+    Figure("fsdp checkpointed, whole-brain memory", Cells(HYBRID, WHOLE_BRAIN, ("fsdp_ckpt",), ("vs DDP",)), (
+        Quote(FSDP, rf"{F} with activation\s+checkpointing"),)),
+    Figure("fsdp checkpointed, a batch of one", Cells(HYBRID, WHOLE_BRAIN, ("fsdp_ckpt_accum",), ("vs DDP",)), (
+        Quote(FSDP, rf"and {F} with a batch of one"), *in_table("FullyShardedStrategy", rf"a rank peaks at {F} a DDP rank's"),
+        Quote(INDEX, rf"FSDP needs less a rank \({F} a DDP rank's"))),
     # The hybrid page's table against DDP and balanced (docs/strategies/hybrid.md).
     Figure("hybrid, 4 ranks of two speeds", hybrid(SHARES, "hybrid_2x2_m2_timed"), (
         *in_table("HybridParallelStrategy", rf"placed on measured times {F} on 4 ranks of speeds \[1, 1, 2, 2\]"),

@@ -19,6 +19,7 @@ from lightning_hybrid.comm import fsdp
 from lightning_hybrid.pipeline.module_contract import found_sequential
 from lightning_hybrid.strategies import common
 from lightning_hybrid.strategies.even_batches import refuse_uneven_loaders
+from lightning_hybrid.strategies.meeting import meeting
 
 
 class FullyShardedStrategy(common.UnwrappedDDPStrategy):
@@ -82,6 +83,13 @@ class FullyShardedStrategy(common.UnwrappedDDPStrategy):
         return model
 
     def setup(self, trainer: pl.Trainer) -> None:
+        if trainer.state.fn != TrainerFn.FITTING and _sharded(self.lightning_module):
+            # validate/test/predict on the module a fit sharded: its shards hold one model, each block is gathered as it
+            # runs (DDP's set-up would broadcast each rank's tensors, which a shard is not)
+            self.accelerator.setup(trainer)
+            self.setup_precision_plugin()
+            meeting(trainer).attach().agree_by(self.stop_agreement(trainer))
+            return
         super().setup(trainer)
         if trainer.state.fn == TrainerFn.FITTING:
             self.attach_sync_points(trainer)
@@ -96,6 +104,20 @@ class FullyShardedStrategy(common.UnwrappedDDPStrategy):
     def optimizer_state(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
         return fsdp.full_optimizer_state(self.lightning_module, common.unwrap_optimizer(optimizer))
 
+    def load_model_state_dict(self, checkpoint: Mapping[str, Any], strict: bool = True) -> None:
+        """A checkpoint's whole model, into the module as it is: plain before the fit shards it, into the shards after
+        (``trainer.test(ckpt_path=...)`` on the module a fit sharded)."""
+        module = self.lightning_module
+        if _sharded(module):
+            fsdp.load_full_state_dict(module, checkpoint["state_dict"], strict=strict)
+        else:
+            super().load_model_state_dict(checkpoint, strict=strict)
+
     def load_optimizer_state_dict(self, checkpoint: Mapping[str, Any]) -> None:
         for optimizer, state in zip(self.optimizers, checkpoint["optimizer_states"]):
             fsdp.load_full_optimizer_state(self.lightning_module, common.unwrap_optimizer(optimizer), state)
+
+
+def _sharded(module: torch.nn.Module) -> bool:
+    """Whether ``module``'s parameters are shards (a fit by this strategy made them so)."""
+    return any(type(p).__name__ == "DTensor" for p in module.parameters())

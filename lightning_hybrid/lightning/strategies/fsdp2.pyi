@@ -9,6 +9,7 @@ from lightning_hybrid.comm import fsdp
 from lightning_hybrid.pipeline.module_contract import found_sequential
 from lightning_hybrid.lightning.strategies import common
 from lightning_hybrid.lightning.strategies.even_batches import refuse_uneven_loaders
+from lightning_hybrid.lightning.strategies.meeting import meeting
 
 class FullyShardedStrategy(common.UnwrappedDDPStrategy):
     strategy_name = ...
@@ -39,5 +40,11 @@ class FullyShardedStrategy(common.UnwrappedDDPStrategy):
     def optimizer_state(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
         ...
 
+    def load_model_state_dict(self, checkpoint: Mapping[str, Any], strict: bool=True) -> None:
+        ...
+
     def load_optimizer_state_dict(self, checkpoint: Mapping[str, Any]) -> None:
         ...
+
+def _sharded(module: torch.nn.Module) -> bool:
+    ...
