@@ -85,7 +85,7 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=32)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--epochs", type=int, default=1)
-    parser.add_argument("--micro", type=int, default=4)
+    parser.add_argument("--micro", default="4", help="micro-batches a batch, or 'auto'")
     parser.add_argument("--schedule", default="1F1B")
     parser.add_argument("--lr", type=float, default=0.1)
     parser.add_argument("--momentum", type=float, default=0.0)
@@ -109,7 +109,7 @@ def main() -> None:
     placement = args.placement if not args.placement[0].isdigit() else [int(s) for s in args.placement.split(",")]
     strategy = HybridParallelStrategy(
         pipeline_stages=args.stages, data_parallel=args.dp, placement=placement, schedule=args.schedule,
-        micro_batches=args.micro,
+        micro_batches=args.micro if args.micro == "auto" else int(args.micro),
         devices=None if args.speeds == "probe" else [float(s) for s in args.speeds.split(",")],
         gradient_sync=args.sync, placement_options={"t_max": 300}, processes_per_device=args.processes_per_device, fork_ranks=args.fork_ranks,
     )
@@ -139,6 +139,7 @@ def main() -> None:
         torch.save(
             {"predictions": torch.cat(predictions), "metrics": val_metrics,
              "last": str(args.out / "ckpt" / "last.ckpt"), "placement": strategy.placement.to_dict(),
+             "micro_batches": strategy.micro_batches, "notes": dict(strategy.placement.notes),
              "state": state},
             args.out / "result.pt",
         )

@@ -85,6 +85,22 @@ def test_two_stages_give_the_loss_gradients_and_predictions_of_one_device(tmp_pa
     assert_state_equal(plain, result["state"])  # strategy.full_state_dict(): every stage's weights after fit
 
 
+def test_auto_micro_batches_are_the_count_predicted_fastest_and_train_as_one_device(tmp_path):
+    # the default: rank 0 places the model for 2, 4 and 8 micro-batches of the batch of 32 (its divisors from the
+    # stages to 4 x the stages), each on its blocks timed at that micro-batch, and every rank uses the count chosen
+    run(tmp_path, "--stages", "2", "--samples", "32", "--batch", "32", "--micro", "auto", "--speeds", "1,2")
+    result = torch.load(tmp_path / "result.pt")
+    predicted = result["notes"]["predicted_step_s"]
+    assert sorted(predicted) == [2, 4, 8]
+    assert result["micro_batches"] == min(predicted, key=predicted.get)
+    assert result["notes"]["block_cost"] == "time"
+    loss, grads, _ = reference_steps(32, 1)
+    losses, got = first_step(tmp_path, 2)
+    assert losses == pytest.approx([loss, loss], abs=1e-6)
+    for name, pieces in got.items():
+        torch.testing.assert_close(pieces[0], grads[name], atol=1e-6, rtol=1e-5)
+
+
 def test_two_stages_by_two_replicas_train_as_one_device_and_save_full_checkpoints(tmp_path):
     # each replica's batch is half of the 64 samples, so every step is a full-batch step; no sanity check, so the
     # stages come to be in the first training step, before the replicas' all-reduce of them

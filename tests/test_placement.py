@@ -90,11 +90,11 @@ def test_exact_equals_brute_force_and_beats_every_method():
             with pytest.raises(InfeasiblePlacementError):
                 plan(blocks, devices, method="exact", stages=k)
             continue
-        exact = plan(blocks, devices, method="exact", stages=k)
+        exact = plan(blocks, devices, method="exact", stages=k, memory_headroom=0)  # the fastest, however full
         assert exact.bottleneck == pytest.approx(expected)
         for method in METHODS:
             try:
-                other = plan(blocks, devices, method=method, stages=k, t_max=300)
+                other = plan(blocks, devices, method=method, stages=k, t_max=300, memory_headroom=0)
             except InfeasiblePlacementError:
                 continue
             assert other.bottleneck >= exact.bottleneck - 1e-9, method

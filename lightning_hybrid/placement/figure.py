@@ -152,8 +152,13 @@ def placement_summary(placement: Placement, devices: Sequence[Device], block_nam
         f"({devices[st.device].name}, {st.time_s:.4g} s, {st.memory / 2**20:.0f} MiB)"
         for s, st in enumerate(placement.stages)
     )
+    memory = f"; memory: {placement.notes['memory']}" if "memory" in placement.notes else ""
+    predicted = placement.notes.get("predicted_step_s", {})
+    if len(predicted) > 1:  # the micro-batch count was chosen (micro_batches="auto")
+        memory += (f"; {placement.notes['micro_batches']} micro-batches a step, predicted shortest ("
+                   + ", ".join(f"{m}: {s:.3g} s" for m, s in predicted.items()) + ")")
     return (f"{placement.method} placement, predicted bottleneck {placement.bottleneck:.4g} (block cost / device speed "
-            f"per micro-batch), solved in {placement.seconds:.3f} s: {stages}")
+            f"per micro-batch), solved in {placement.seconds:.3f} s: {stages}{memory}")
 
 
 def placement_figure(

@@ -29,7 +29,7 @@ def check_pipeline_options(
     data_parallel: int,
     placement: str | Sequence[int],
     schedule: str,
-    micro_batches: int,
+    micro_batches: int | str,
     gradient_sync: str,
     delay: int,
     optimizer_slots: int,
@@ -38,9 +38,12 @@ def check_pipeline_options(
     """Refuse settings a pipeline cannot run, saying what to give; ``placement`` (a method's name, or
     the stage sizes as ints) and ``devices`` as :class:`~lightning_hybrid.devices.Device` (None: to be
     probed)."""
-    for name, value in (("pipeline_stages", pipeline_stages), ("data_parallel", data_parallel),
-                        ("micro_batches", micro_batches)):
+    for name, value in (("pipeline_stages", pipeline_stages), ("data_parallel", data_parallel)):
         _count(name, value, 1)
+    if micro_batches != "auto":
+        if isinstance(micro_batches, str):
+            raise ValueError(f"micro_batches must be 'auto' or a positive integer, got {micro_batches!r}")
+        _count("micro_batches", micro_batches, 1)
     if isinstance(placement, str):
         if placement not in METHODS:
             raise ValueError(f"placement must be one of {', '.join(METHODS)} or a list of stage sizes, got {placement!r}")
@@ -50,7 +53,7 @@ def check_pipeline_options(
             raise ValueError(f"placement as stage sizes needs {pipeline_stages} positive block counts, got {placement}")
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
-    if schedule == "1F1B" and micro_batches < pipeline_stages:
+    if schedule == "1F1B" and micro_batches != "auto" and micro_batches < pipeline_stages:
         raise ValueError(
             f"schedule='1F1B' needs at least as many micro-batches as stages, got micro_batches={micro_batches} "
             f"for pipeline_stages={pipeline_stages}; raise micro_batches or use schedule='GPipe'"

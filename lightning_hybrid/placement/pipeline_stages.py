@@ -39,6 +39,7 @@ def plan_stages(
     checkpointed: bool = False,
     held_messages: int = 0,
     time_on: torch.device | str | None = None,
+    reference_flops: float | None = None,
 ) -> Placement:
     """Place the blocks of ``container`` (its children, in order) in ``stages`` stages on ``devices``.
 
@@ -55,7 +56,10 @@ def plan_stages(
     counted FLOPs. Where ``"auto"`` cannot time the blocks it counts FLOPs and says why
     (the placement's ``notes["block_cost"]`` says which was used). A placement that fits no device's memory is refused
     with the memory table of blocks and devices. With ``method="time"``, an ``example`` on the meta device (a
-    shape given before any batch: ``input_shape``) is timed on values made for it.
+    shape given before any batch: ``input_shape``) is timed on values made for it. ``reference_flops``: the FLOP/s
+    that turn measured seconds into FLOP-equivalents (probed on ``time_on`` when None; the placement's
+    ``notes["reference_flops"]`` gives the value used, so that plans of one model at several micro-batch sizes
+    share it).
     """
     named = list(container.named_children())
     options = dict(options)
@@ -66,7 +70,7 @@ def plan_stages(
         try:
             placement = plan_stages(container, example, devices, method, stages, objective, seed,
                                     {**options, "block_cost": "time"}, optimizer_slots, in_flight, checkpointed,
-                                    held_messages, time_on)
+                                    held_messages, time_on, reference_flops)
         except InfeasiblePlacementError:
             raise
         except (RuntimeError, TypeError, ValueError, NotImplementedError) as error:  # a block that cannot run apart
@@ -97,16 +101,17 @@ def plan_stages(
                                 time_on=time_on)
     for (_, block), training in zip(named, was_training):
         block.train(training)
+    reference = None
     if block_cost == "time":  # seconds here x this device's FLOP/s: the units the devices' speeds divide
-        reference = probe_speed(torch.device(time_on) if on_meta and time_on is not None else
-                                torch.device("cpu") if on_meta else example.device)
+        reference = reference_flops or probe_speed(torch.device(time_on) if on_meta and time_on is not None else
+                                                   torch.device("cpu") if on_meta else example.device)
         blocks = [dataclasses.replace(b, cost=b.time * reference) for b in blocks]
     devices = list(devices)
     try:
         if isinstance(method, str):
             placement = plan(blocks, devices, method=method, objective=objective, stages=stages, seed=seed,
                              held_messages=held_messages, **options)
-            placement.notes["block_cost"] = "time" if timed else "flops"
+            placement.notes.update(block_cost="time" if timed else "flops", reference_flops=reference)
             return placement
         edges = [0]
         for size in method:
@@ -117,5 +122,5 @@ def plan_stages(
     if not placement.feasible:
         raise InfeasiblePlacementError(f"the given stage sizes {list(method)} do not fit the devices' memory:\n"
                                        + memory_table(blocks, devices, stages, placement))
-    placement.notes["block_cost"] = "time" if timed else "flops"
+    placement.notes.update(block_cost="time" if timed else "flops", reference_flops=reference)
     return placement

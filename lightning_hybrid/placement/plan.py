@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from lightning_hybrid.devices import Device
 from lightning_hybrid.placement.gabra import GABRA
+from lightning_hybrid.placement.headroom import keep_headroom
 from lightning_hybrid.placement.problem import Block, InfeasiblePlacementError, Placement, Problem
 from lightning_hybrid.placement.solvers import balance_by_time, exact, parameters, uniform
 
@@ -20,6 +21,7 @@ def plan(
     stages: int | None = None,
     seed: int = 0,
     held_messages: int = 0,
+    memory_headroom: float = 0.1,
     **gabra_options,
 ) -> Placement:
     """Cut ``blocks`` into contiguous stages and give each stage its own device.
@@ -37,6 +39,10 @@ def plan(
         seed: GABRA's random seed.
         held_messages: copies of its input and output a stage keeps for its messages at once, counted in
             its memory (:class:`Problem`; the pipeline's micro-batches a step).
+        memory_headroom: the fraction of each device's memory a ``"gabra"`` or ``"exact"`` placement for the
+            bottleneck leaves free where it can (:func:`~lightning_hybrid.placement.headroom.keep_headroom`):
+            when the fastest placement fills a device beyond ``1 - memory_headroom`` (memory binds), the
+            fastest that leaves it free, else the one whose fullest device is least full; 0 turns it off.
         gabra_options: further :class:`~lightning_hybrid.placement.gabra.GABRA` arguments
             (``population``, ``t_max``, ``crossover_prob``, ``mutation_prob``, ``balance_cuts``).
 
@@ -59,15 +65,22 @@ def plan(
         raise ValueError(f"objective must be 'bottleneck' or 'paper', got {objective!r}")
     problem = Problem(blocks, devices, stages, held_messages=held_messages)
     if method == "gabra":
-        placement = GABRA(problem, objective=objective, seed=seed, **gabra_options).run()
+        def solve(p: Problem) -> Placement:
+            return GABRA(p, objective=objective, seed=seed, **gabra_options).run()
+
+        placement = solve(problem)
         if not placement.feasible or placement.fitness == 0.0:
             why = "fits their memory" if objective == "bottleneck" else "fits their memory and capacities (eq. 6)"
             raise InfeasiblePlacementError(
                 f"GABRA found no placement of the {problem.n} blocks on {problem.k} devices that {why} in "
                 f"{placement.generations} generations; add memory or devices, or shrink the model or batch"
             )
-        return placement
-    return {"exact": exact, "uniform": uniform, "parameters": parameters, "time": balance_by_time}[method](problem)
+    else:
+        solve = {"exact": exact, "uniform": uniform, "parameters": parameters, "time": balance_by_time}[method]
+        placement = solve(problem)
+    if method in ("gabra", "exact") and objective == "bottleneck" and memory_headroom:
+        placement = keep_headroom(problem, placement, memory_headroom, solve)
+    return placement
 
 
 def compare(

@@ -163,6 +163,7 @@ class Problem:
                 f"use at most {n} stages, or a model cut into more blocks"
             )
         self.n, self.m = n, m
+        self.held_messages = held_messages
         self.cost_prefix = np.concatenate([[0.0], np.cumsum([b.cost for b in self.blocks], dtype=float)])
         # M[i, j]: stage_bytes(blocks[i:j]) for j > i, from prefix sums (of what each block adds to the one
         # before it, plus what the first shares) and running maxima
@@ -232,6 +233,18 @@ class Problem:
         Returns ``(bottleneck, bounds)``; the bottleneck is ``inf`` when no cut fits the memory.
         """
         return min_max_cuts([self.table(device) for device in order])
+
+    def fill_table(self, device: int) -> np.ndarray:
+        """``F[i, j]``: the fraction of ``device``'s memory blocks ``i:j`` fill; ``inf`` where ``j <= i``."""
+        n = self.n
+        i, j = np.arange(n + 1)[:, None], np.arange(n + 1)[None, :]
+        return np.where(j > i, self.stage_memory / self.devices[device].memory, np.inf)
+
+    def fullest(self, placement: Placement) -> tuple[int, float]:
+        """(stage, fraction of its device's memory) of the stage that fills its device the most."""
+        fills = [stage.memory / self.devices[stage.device].memory for stage in placement.stages]
+        s = int(np.argmax(fills))
+        return s, float(fills[s])
 
     def lower_bound(self) -> float:
         """No placement on ``k`` of these devices has a smaller bottleneck than this."""

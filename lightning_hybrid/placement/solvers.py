@@ -12,6 +12,7 @@ block (torchgpipe's ``balance_by_time``; block cost where no time was measured).
 from __future__ import annotations
 
 import itertools
+import math
 import time
 from collections.abc import Sequence
 
@@ -23,8 +24,21 @@ from lightning_hybrid.placement.problem import InfeasiblePlacementError, Placeme
 def exact(problem: Problem) -> Placement:
     """The placement with the smallest bottleneck (ties: the first found)."""
     start_time = time.perf_counter()
+    value, order, bounds = min_max_over_orders(problem, [problem.table(d) for d in range(problem.m)])
+    if not np.isfinite(value):
+        raise InfeasiblePlacementError(
+            f"no placement of the {problem.n} blocks on {problem.k} of the devices fits their memory; add memory or "
+            "devices, or shrink the model or batch"
+        )
+    return problem.placement("exact", order, bounds, seconds=time.perf_counter() - start_time)
+
+
+def min_max_over_orders(problem: Problem, tables: Sequence[np.ndarray]) -> tuple[float, list[int], list[tuple[int, int]]]:
+    """The least largest stage cost over every contiguous partition and every order of every ``k``-subset of
+    the devices, stage ``i:j`` on device ``d`` costing ``tables[d][i, j]`` (``inf``: not allowed): a dynamic
+    program over (set of devices used, blocks placed). Returns ``(cost, device order, bounds)``; the cost is
+    ``inf`` (and the order and bounds empty) when nothing is allowed."""
     n, m, k = problem.n, problem.m, problem.k
-    tables = [problem.table(d) for d in range(m)]
     best: dict[int, np.ndarray] = {0: np.concatenate([[0.0], np.full(n, np.inf)])}
     back: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     for size in range(1, k + 1):
@@ -47,10 +61,8 @@ def exact(problem: Problem) -> Placement:
     finals = {mask: v[n] for mask, v in best.items() if bin(mask).count("1") == k}
     mask = min(finals, key=finals.get)
     if not np.isfinite(finals[mask]):
-        raise InfeasiblePlacementError(
-            f"no placement of the {n} blocks on {k} of the devices fits their memory; add memory or devices, "
-            "or shrink the model or batch"
-        )
+        return math.inf, [], []
+    cost = float(finals[mask])
     order, bounds, stop = [], [], n
     while mask:
         last_device, last_start = back[mask]
@@ -59,7 +71,7 @@ def exact(problem: Problem) -> Placement:
         bounds.append((start, stop))
         mask &= ~(1 << d)
         stop = start
-    return problem.placement("exact", order[::-1], bounds[::-1], seconds=time.perf_counter() - start_time)
+    return cost, order[::-1], bounds[::-1]
 
 
 def _balanced_bounds(weights: Sequence[float], k: int) -> list[tuple[int, int]]:

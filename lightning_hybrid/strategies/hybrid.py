@@ -25,10 +25,12 @@ from lightning_hybrid.comm.delayed_allreduce import DelayedAllReduce
 from lightning_hybrid.devices import Device, PeakMemory, devices_in_flops, free_memory, probe_speed, held_bytes
 from lightning_hybrid.pipeline import Mesh, PipelineParallel, StageModule, pipeline_blocks, pipeline_inputs, pipeline_loss
 from lightning_hybrid.pipeline.materialize import is_freed
+from lightning_hybrid.pipeline.parallel import micro_batch_count
 from lightning_hybrid.pipeline.stage_adoption import meta_outside_blocks
 from lightning_hybrid.pipeline.stage_executor import describe_stage_times, stage_time_metrics
 from lightning_hybrid.placement import Placement
 from lightning_hybrid.placement.figure import placement_summary
+from lightning_hybrid.placement.micro_batches import choose_micro_batches, micro_batch_candidates
 from lightning_hybrid.placement.pipeline_options import check_pipeline_options, check_stage_sizes
 from lightning_hybrid.placement.pipeline_stages import plan_stages
 from lightning_hybrid.strategies import common
@@ -58,22 +60,27 @@ class HybridParallelStrategy(StageOnlyState, RoutedEvaluation, common.UnwrappedD
             :func:`~lightning_hybrid.placement.plan`), or explicit stage sizes, e.g. ``[5, 7]``
             (blocks per stage, on positions 0, 1, ...).
         schedule: ``"1F1B"`` or ``"GPipe"``.
-        micro_batches: micro-batches per batch (a batch not divisible by it uses the largest divisor
-            below; a batch split into fewer micro-batches than stages runs as GPipe).
+        micro_batches: micro-batches per batch, or ``"auto"`` (the default): rank 0 places the model once for each
+            count from the stages to 4 x the stages that divides the batch, its blocks timed on that count's
+            micro-batch, and keeps the count whose predicted step is shortest
+            (:func:`~lightning_hybrid.placement.micro_batches.choose_micro_batches`). A batch not divisible by the
+            count uses the largest divisor below; a batch split into fewer micro-batches than stages runs as GPipe.
         devices: per-position device descriptions (speed, memory, bandwidth; a number is a speed, relative:
             1 is the FLOP/s rank 0 measures, see :mod:`lightning_hybrid.devices`), or ``None`` to measure each
             position's speed with a short probe.
         objective: GABRA's ``"bottleneck"`` or ``"paper"``.
         placement_options: ``block_cost`` (``"auto"``: each block timed on rank 0's device where it can be, a
             model built in ``configure_model()`` one block at a time, else FLOPs; ``"time"``; ``"flops"``: counted,
-            the same placement every run), GABRA's ``population``, ``t_max``, ...
+            the same placement every run), ``memory_headroom`` (0.1: the fraction of each device's memory the
+            placement leaves free where it can, :func:`~lightning_hybrid.placement.headroom.keep_headroom`; 0: the
+            fastest that fits), GABRA's ``population``, ``t_max``, ...
         seed: GABRA's seed.
         gradient_sync: ``"sync"`` (average after each step) or ``"delayed"`` (the average alone, applied ``delay``
             steps later: Pipe-SGD, ``AllReduceASGDStrategy(method="pipe_sgd")``'s rule), across replicas.
         delay: steps of delay for ``"delayed"``.
         input_shape: shape of one sample (e.g. ``[1, 28, 28]``): the plan is made at setup, before
-            any stage is materialised or moved to its device, for ``datamodule.batch_size /
-            micro_batches`` samples (one if the Trainer has no datamodule), and with ``devices``
+            any stage is materialised or moved to its device, for ``datamodule.batch_size / data_parallel``
+            samples (one micro-batch a stage if the Trainer has no datamodule), and with ``devices``
             checked before processes start. Required for a model built in ``configure_model()``.
         optimizer_slots: optimizer state tensors per parameter, for the memory plan (1: SGD with
             momentum, 2: Adam, 0: plain SGD).
@@ -103,7 +110,7 @@ class HybridParallelStrategy(StageOnlyState, RoutedEvaluation, common.UnwrappedD
         data_parallel: int = 1,
         placement: str | Sequence[int] = "gabra",
         schedule: str = "1F1B",
-        micro_batches: int = 4,
+        micro_batches: int | str = "auto",
         devices: Sequence[Any] | None = None,
         objective: str = "bottleneck",
         placement_options: dict | None = None,
@@ -122,7 +129,10 @@ class HybridParallelStrategy(StageOnlyState, RoutedEvaluation, common.UnwrappedD
         self.data_parallel = data_parallel
         self.given_placement = placement
         self.schedule_name = schedule
-        self.micro_batches = micro_batches
+        #: As given: a count, or "auto".
+        self.micro_batches_setting = micro_batches
+        #: The count in use: the given one, or (auto) the planned one once planned.
+        self.micro_batches: int | None = None if micro_batches == "auto" else int(micro_batches)
         self.objective = objective
         self.placement_options = dict(placement_options or {})
         self.seed = seed
@@ -170,7 +180,7 @@ class HybridParallelStrategy(StageOnlyState, RoutedEvaluation, common.UnwrappedD
             return  # no blocks before configure_model(): checked at setup, on the meta device
         self._check_module(model)
         if self.input_shape is not None and self.given_devices is not None:
-            self._plan(model, torch.zeros(self._micro_batch_size_hint(trainer), *self.input_shape), self._given_devices_in_flops())
+            self._plan(model, torch.zeros(self._batch_hint(trainer), *self.input_shape), self._given_devices_in_flops())
 
     def _check_module(self, model: pl.LightningModule) -> None:
         """The module's part of the checks: its blocks, its loss, the stage sizes (before processes
@@ -188,11 +198,13 @@ class HybridParallelStrategy(StageOnlyState, RoutedEvaluation, common.UnwrappedD
             )
         check_stage_sizes([name for name, _ in blocks.named_children()], self.pipeline_stages, self.given_placement)
 
-    def _micro_batch_size_hint(self, trainer: pl.Trainer) -> int:
+    def _batch_hint(self, trainer: pl.Trainer) -> int:
+        """A replica's training batch: the datamodule's ``batch_size`` (its loaders' batch on each replica), else
+        one sample a micro-batch (a stage's worth where the count is ``"auto"``)."""
         datamodule = trainer.datamodule if hasattr(trainer, "datamodule") else None
         hparams = getattr(datamodule, "hparams", None) or {}
-        batch = getattr(datamodule, "batch_size", None) or hparams.get("batch_size") or self.micro_batches
-        return max(int(batch) // self.micro_batches, 1)
+        batch = getattr(datamodule, "batch_size", None) or hparams.get("batch_size")
+        return int(batch) if batch else (self.micro_batches or self.pipeline_stages)
 
     slows_its_compute = True  # Capabilities: a simulated straggler slows the compute itself
     holds_part_of_the_model = True  # Capabilities: each rank holds its stage; a memory budget bounds the plan
@@ -238,7 +250,7 @@ class HybridParallelStrategy(StageOnlyState, RoutedEvaluation, common.UnwrappedD
         if trainer.state.fn == TrainerFn.FITTING and not is_freed(module) and self.placement is None:
             broadcast_module_(module, src=0)  # DDP's start: rank 0's model, before any rank frees the other stages
         if self.input_shape is not None and self.placement is None:
-            example = torch.zeros(self._micro_batch_size_hint(trainer), *self.input_shape, device="meta")
+            example = torch.zeros(self._batch_hint(trainer), *self.input_shape, device="meta")
             self._adopt(self._agreed_placement(module, example))
         self._setup_stage(trainer)
         if trainer.state.fn == TrainerFn.FITTING:
@@ -276,18 +288,32 @@ class HybridParallelStrategy(StageOnlyState, RoutedEvaluation, common.UnwrappedD
         speeds = all_gather_object((speed, free_memory(self.root_device)))
         return [Device(f"rank{p}", speed=s, memory=m) for p, (s, m) in enumerate(speeds[: self.pipeline_stages])]
 
-    def _plan(self, module: pl.LightningModule, example: torch.Tensor, devices: list[Device]) -> Placement:
-        """Profile the module's blocks on ``example`` (one micro-batch) and place them (:func:`plan_stages`)."""
-        return plan_stages(
-            pipeline_blocks(module), example, devices, self.given_placement, stages=self.pipeline_stages,
-            objective=self.objective, seed=self.seed, options=self.placement_options,
-            optimizer_slots=self.optimizer_slots, checkpointed=bool(getattr(pipeline_blocks(module), "checkpoint_blocks", False)),
-            # the micro-batches whose activations the first stage holds at once; a send's tensor is kept to the step's end
-            in_flight=self.micro_batches if self.schedule_name == "GPipe" else min(self.micro_batches, self.pipeline_stages),
-            held_messages=self.micro_batches, time_on=self.root_device if self.parallel_devices else None)
+    def _plan(self, module: pl.LightningModule, batch: torch.Tensor, devices: list[Device]) -> Placement:
+        """Profile the module's blocks on micro-batches of ``batch`` (a replica's batch, or its shape) and place
+        them (:func:`plan_stages`), for the given micro-batch count or each of ``"auto"``'s candidates
+        (:func:`choose_micro_batches`: the placement's ``notes["micro_batches"]`` is the count chosen)."""
+        reference: dict[str, float | None] = {"flops": None}  # one FLOP/s for every count's timings
 
-    def _agreed_placement(self, module: pl.LightningModule, example: torch.Tensor) -> Placement:
-        """Rank 0 plans with ``example`` (one micro-batch); every rank gets the placement, or its error."""
+        def plan_for(micro_batches: int) -> Placement:
+            size = max(len(batch) // micro_batch_count(len(batch), micro_batches), 1)
+            placement = plan_stages(
+                pipeline_blocks(module), batch[:size], devices, self.given_placement, stages=self.pipeline_stages,
+                objective=self.objective, seed=self.seed, options=self.placement_options,
+                optimizer_slots=self.optimizer_slots, checkpointed=bool(getattr(pipeline_blocks(module), "checkpoint_blocks", False)),
+                # the micro-batches whose activations the first stage holds at once; a send's tensor is kept to the step's end
+                in_flight=micro_batches if self.schedule_name == "GPipe" else min(micro_batches, self.pipeline_stages),
+                held_messages=micro_batches, time_on=self.root_device if self.parallel_devices else None,
+                reference_flops=reference["flops"])
+            reference["flops"] = placement.notes.get("reference_flops")
+            return placement
+
+        counts = micro_batch_candidates(len(batch), self.pipeline_stages) if self.micro_batches is None \
+            else [self.micro_batches]
+        return choose_micro_batches(plan_for, counts)
+
+    def _agreed_placement(self, module: pl.LightningModule, batch: torch.Tensor) -> Placement:
+        """Rank 0 plans with ``batch`` (a replica's batch, :meth:`_plan`); every rank gets the placement (and the
+        micro-batch count), or its error."""
         devices = self._given_devices_in_flops() if self.given_devices is not None else self._probe_devices()
         if self.memory_limit is not None:
             limits = self.memory_limit if isinstance(self.memory_limit, list) else [self.memory_limit] * len(devices)
@@ -298,7 +324,7 @@ class HybridParallelStrategy(StageOnlyState, RoutedEvaluation, common.UnwrappedD
         planned: Placement | Exception | None = None
         if self.global_rank == 0:
             try:
-                planned = self._plan(module, example, devices)
+                planned = self._plan(module, batch, devices)
             except Exception as error:  # every rank must learn of it, not only rank 0
                 planned = error
         planned = broadcast_object(planned, src=0)
@@ -310,6 +336,7 @@ class HybridParallelStrategy(StageOnlyState, RoutedEvaluation, common.UnwrappedD
     def _adopt(self, placement: Placement) -> None:
         """Use ``placement``: this rank keeps (or materialises) its stage's blocks and frees the others."""
         self.placement, self.lightning_module._pipelined = placement, True  # no second fit of it (check_trainer)
+        self.micro_batches = int(placement.notes.get("micro_batches", self.micro_batches))
         self.mesh = Mesh(self.pipeline_stages, self.data_parallel, tuple(placement.device_order))
         stage = self.placement.stages[self.mesh.stage_of(self.global_rank)]
         names, blocks = zip(*pipeline_blocks(self.lightning_module).named_children())
@@ -326,10 +353,10 @@ class HybridParallelStrategy(StageOnlyState, RoutedEvaluation, common.UnwrappedD
         if self.pipeline is not None and self._planned_for is module:  # every step: no search for the blocks
             return self.pipeline
         if self.placement is None:
-            # one micro-batch of this batch, or of the training batch when this one is smaller (validation's last)
-            size = max(len(inputs) // self.micro_batches, self._micro_batch_size_hint(module.trainer), 1)
-            micro = inputs[:1].expand(size, *inputs.shape[1:]) if self.given_placement != "time" else inputs[:size]
-            self._adopt(self._agreed_placement(module, micro))
+            # this batch, or the training batch when this one is smaller (validation's last)
+            size = max(len(inputs), self._batch_hint(module.trainer))
+            batch = inputs[:1].expand(size, *inputs.shape[1:]) if self.given_placement != "time" else inputs[:size]
+            self._adopt(self._agreed_placement(module, batch))
         devices = self._planned_devices
         sequence = pipeline_blocks(module)
         named = list(sequence.named_children())

@@ -1,0 +1,51 @@
+"""The micro-batch count (lightning_hybrid.placement.micro_batches): the candidates a batch allows and the one
+whose predicted step, (M + S - 1) x the bottleneck of a micro-batch, is shortest."""
+
+from __future__ import annotations
+
+import pytest
+
+from lightning_hybrid.placement import Block, Device, InfeasiblePlacementError, plan
+from lightning_hybrid.placement.micro_batches import choose_micro_batches, micro_batch_candidates, predicted_step
+
+
+@pytest.mark.parametrize(("batch", "stages", "expected"), [
+    (8, 2, [2, 4, 8]), (32, 2, [2, 4, 8]), (4, 2, [2, 4]), (64, 4, [4, 8, 16]), (6, 4, [6]), (13, 2, [13]),
+    (1, 2, [1]), (3, 4, [3]), (12, 1, [1, 2, 3, 4]),
+])
+def test_candidates_are_the_batchs_divisors_from_the_stages_to_four_times_them(batch, stages, expected):
+    assert micro_batch_candidates(batch, stages) == expected
+
+
+def per_sample_cost_plan(seconds_a_sample: dict[int, float], batch: int = 8):
+    """plan_for(M): two equal stages of a model whose sample costs seconds_a_sample[micro-batch size]."""
+    def plan_for(m: int):
+        size = batch // m
+        blocks = [Block(f"b{i}", cost=seconds_a_sample[size] * size / 2) for i in range(2)]
+        return plan(blocks, [Device("a"), Device("b")], method="exact")
+    return plan_for
+
+
+def test_the_count_whose_step_is_predicted_shortest_is_chosen():
+    # CPU-like: a sample costs more in a smaller micro-batch (ResAttNet-18's stages on 2 ranks: 83 ms a sample in
+    # micro-batches of 4, 135 in micro-batches of 2)
+    cpu = per_sample_cost_plan({1: 0.250, 2: 0.135, 4: 0.083, 8: 0.070})
+    chosen = choose_micro_batches(cpu, [2, 4, 8])
+    steps = chosen.notes["predicted_step_s"]
+    assert steps == pytest.approx({2: 3 * 0.083 * 2, 4: 5 * 0.135, 8: 9 * 0.250 / 2})
+    assert chosen.notes["micro_batches"] == 2
+    # a sample that costs the same in any micro-batch (FLOPs): only the bubble counts, the most micro-batches win
+    flat = choose_micro_batches(per_sample_cost_plan({1: 0.2, 2: 0.2, 4: 0.2, 8: 0.2}), [2, 4, 8])
+    assert flat.notes["micro_batches"] == 8
+    assert predicted_step(flat, 8) == pytest.approx(9 * 0.1)
+
+
+def test_counts_nothing_fits_are_left_out_and_if_none_fits_the_error_is_raised():
+    def plan_for(m: int):
+        if m < 4:
+            raise InfeasiblePlacementError(f"{m} micro-batches do not fit")
+        return per_sample_cost_plan({1: 0.25, 2: 0.135, 4: 0.083, 8: 0.07})(m)
+    chosen = choose_micro_batches(plan_for, [2, 4, 8])
+    assert sorted(chosen.notes["predicted_step_s"]) == [4, 8]
+    with pytest.raises(InfeasiblePlacementError, match="2 micro-batches do not fit"):
+        choose_micro_batches(plan_for, [2])
