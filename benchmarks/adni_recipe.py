@@ -2,6 +2,8 @@
 
     python benchmarks/adni_recipe.py                          # the whole recipe (about an hour on 2 cores)
     python benchmarks/adni_recipe.py --seeds 0 --contenders single --epochs 2   # a quick look
+    python benchmarks/adni_recipe.py --contenders ddp hybrid --every-seed --extra "data.view.image_shape=[56,72,60]" \
+        "data.view.spacing=[3.0,3.0,3.0]" model.base_channels=32   # the pipeline's accuracy against DDP's, 3 seeds each
 
 The cohort (``lightning-hybrid data make-adni-like``: Colin27 with AAL hippocampi, AD atrophy, in
 ClinicaDL's layout) is written into ``--cohort`` first when it is not there. Every contender trains
@@ -11,9 +13,10 @@ through the real CLI on ClinicaDL's split (``split/5_fold/split-0`` for training
 and is scored on the test subjects' baseline scans:
 
 * ``single``: one process, over ``--seeds`` (mean and spread of balanced accuracy, training time);
-* ``ddp``, ``hybrid`` (2 pipeline stages), ``balanced``: two processes computing the same updates as
-  ``single`` (a global batch of 6), seed 0: seconds per epoch beside ``single``'s, and their accuracy
-  as a check that they train the same model.
+* ``ddp``, ``hybrid`` (the pipeline at its defaults: 2 stages, GABRA on the blocks' measured times, the
+  micro-batch count chosen), ``balanced``: two processes computing the same updates as ``single`` (a global
+  batch of 6), seed 0 (every seed with ``--every-seed``: the pipeline's accuracy against DDP's seed spread):
+  seconds per epoch beside ``single``'s, and their accuracy as a check that they train the same model.
 
 Prints a markdown table and writes ``benchmarks/results/adni_recipe.{json,md}``; the run folders stay
 in ``--workdir`` (``benchmarks/gradcam_localisation.py --runs WORKDIR/single_seed*`` scores their
@@ -39,7 +42,7 @@ RECIPE = ["model=resattnet3d_18", "optimizer=adam_mri", "optimizer.lr=3e-4",
 CONTENDERS = {
     "single": [],
     "ddp": ["strategy=ddp", "trainer.devices=2", "data.batch_size=3"],
-    "hybrid": ["strategy=hybrid", "trainer.devices=2", "strategy.pipeline_stages=2", "strategy.micro_batches=3"],
+    "hybrid": ["strategy=hybrid", "trainer.devices=2"],
     "balanced": ["strategy=balanced", "trainer.devices=2", "data.batch_size=3"],
 }
 
@@ -107,6 +110,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--contenders", nargs="+", default=list(CONTENDERS), choices=list(CONTENDERS))
+    parser.add_argument("--every-seed", action="store_true", help="every contender over every seed (else single only)")
     parser.add_argument("--extra", nargs="*", default=[], help="more overrides for every contender")
     parser.add_argument("--workdir", type=Path, default=Path("benchmarks/results/adni_recipe_runs"))
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
@@ -116,7 +120,7 @@ def main() -> None:
     common = [*cohort_overrides(args.cohort.resolve()), *RECIPE, f"trainer.max_epochs={args.epochs}", *args.extra]
     results, runs = {}, {}
     for name in args.contenders:
-        seeds = args.seeds if name == "single" else args.seeds[:1]
+        seeds = args.seeds if name == "single" or args.every_seed else args.seeds[:1]
         runs[name] = [train(name, [*common, *CONTENDERS[name], f"seed={seed}"], args.workdir.resolve() / f"{name}_seed{seed}")
                       for seed in seeds]
         results[name] = summarise(runs[name])

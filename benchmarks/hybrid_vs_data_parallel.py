@@ -8,7 +8,8 @@ CLI, contenders one after another (never sharing the cores), each scenario's glo
   what a user short of memory tries first;
 * ``balanced``: balanced data parallelism (shares in proportion to the measured speeds);
 * ``fsdp``: fully sharded data parallelism (``strategy=fsdp2``: torch's ``fully_shard`` over the blocks, ZeRO-3),
-  what a user with a model too large picks today;
+  what a user with a model too large picks today; ``fsdp_zero2``: its faster form, the parameters kept
+  gathered from forward to backward (``strategy=fsdp2_shard_grad_op``, ZeRO-2);
 * ``hybrid``: the pipeline at its defaults (2 stages a replica, ``ranks / 2`` replicas, GABRA on the probed
   speeds, the blocks' measured times, its default micro-batches), as a user first types it;
 * ``hybrid_m<M>``: the pipeline, one stage per rank, placed by GABRA on the probed speeds, the global
@@ -104,6 +105,7 @@ def contenders(ranks: int, micro_batches: list[int]) -> dict[str, list[str]]:
         "ddp_ckpt": ["strategy=ddp", f"trainer.devices={ranks}", per_rank, "model.checkpoint_blocks=true"],
         "balanced": ["strategy=balanced", f"trainer.devices={ranks}", per_rank],
         "fsdp": ["strategy=fsdp2", f"trainer.devices={ranks}", per_rank],
+        "fsdp_zero2": ["strategy=fsdp2_shard_grad_op", f"trainer.devices={ranks}", per_rank],
         # the pipeline as a user first types it: 2 stages (the default) a replica, everything else at its default
         # but the optimizer's two state tensors a parameter (Adam), which only its memory plan reads
         "hybrid": ["strategy=hybrid", f"trainer.devices={ranks}", f"strategy.data_parallel={replicas}",

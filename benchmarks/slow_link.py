@@ -26,11 +26,12 @@ the samples a run needs to reach the target do not depend on the source:
 3. ``report``: time to the target = samples to it / samples per second under the source, per seed; medians,
    the ratio to DDP under the same source, and each source's best of each family.
 
-``--pipeline``: the hybrid pipeline (2 stages) against DDP and balanced data parallelism for
-ResAttNet-18 on 48^3 volumes (synthetic, the ADNI-like cohort's view), under the same sources: time per
-training sample and bytes per sample (throughput only: the pipeline's updates equal DDP's). Every contender
-takes the same global batch, ``--pipeline-batch`` a rank (the pipeline the whole of it, in
-``--pipeline-micro-batches``).
+``--pipeline``: the hybrid pipeline at its defaults (2 stages placed by GABRA on the blocks' measured times,
+its micro-batch count chosen) against DDP, balanced data parallelism and fully sharded data parallelism
+(``strategy=fsdp2``) for ResAttNet-18 on 48^3 volumes (synthetic, the ADNI-like cohort's view), under the
+same sources: time per training sample and bytes per sample (throughput only: the pipeline's updates equal
+DDP's), ``--repeats`` runs of each (medians and ranges). Every contender takes the same global batch,
+``--pipeline-batch`` a rank (the pipeline the whole of it, in ``--pipeline-micro-batches``: ``auto`` by default).
 
     python benchmarks/slow_link.py --data-root ../shared/data/mnist --model lenet5 --target 0.98 \\
         --sources unshaped 100mbit lat50ms lat200ms stragglers --lrs 0.01 0.02 0.05 --sweep-seeds 0 1 2 --seeds 0 1 2
@@ -97,7 +98,8 @@ SOURCES = {
 PIPELINE = {
     "ddp": ["strategy=ddp"],
     "balanced": ["strategy=balanced", "strategy.fork_ranks=true"],
-    "hybrid_2stages": ["strategy=hybrid", "strategy.placement=uniform", "strategy.fork_ranks=true"],
+    "fsdp": ["strategy=fsdp2", "strategy.fork_ranks=true"],
+    "hybrid": ["strategy=hybrid", "strategy.fork_ranks=true"],
 }
 BATCH = 64
 RANKS = 2
@@ -142,9 +144,9 @@ def trajectory(args, name: str, lr: float, seed: int, early_stop: bool = True) -
             "final_acc": curve[-1][1] if curve else None}
 
 
-def throughput(args, name: str, lr: float, source: str, table: dict) -> dict:
+def throughput(args, name: str, lr: float, source: str, table: dict, repeat: int = 0) -> dict:
     """Training samples per second of one contender under one source (:data:`SOURCES`), and the bytes the
-    link carried per sample."""
+    link carried per sample (``repeat``: which run of it)."""
     overrides = table[name]
     rounds = [int(o.split("=")[1]) for o in overrides if o.startswith("strategy.sync_every=")]
     batches = max(args.throughput_batches, 2 * rounds[0] if rounds else 0)
@@ -153,12 +155,12 @@ def throughput(args, name: str, lr: float, source: str, table: dict) -> dict:
         run = cli([*(base(args) if table is CONTENDERS else pipeline_base(args, name)), *overrides, *simulated,
                    f"optimizer.lr={lr}", "trainer.max_epochs=1", f"trainer.limit_train_batches={batches}",
                    "trainer.limit_val_batches=0", "test=false", "callbacks=[epoch_timer]"],
-                  args.out / "runs" / f"{args.model}_{name}_{source}_tp", link=link)
+                  args.out / "runs" / f"{args.model}_{name}_{source}_tp{f'_r{repeat}' if repeat else ''}", link=link)
     seconds = next(float(r["time/epoch_s"]) for r in run["rows"] if r.get("time/epoch_s"))
     batch = args.pipeline_batch if table is PIPELINE else BATCH
     samples = batches * batch * RANKS  # the pipeline's batch is the global one (pipeline_base)
     return {"name": name, "link": source, "samples_per_s": samples / seconds, "bytes_per_sample": run["bytes"] / samples,
-            "batches": batches}
+            "batches": batches, "repeat": repeat}
 
 
 def marginal_bytes(args, name: str, lr: float, rate: str) -> dict:
@@ -180,7 +182,7 @@ def marginal_bytes(args, name: str, lr: float, rate: str) -> dict:
 def pipeline_base(args, name: str) -> list[str]:
     """The pipeline table's settings: the same global batch for every contender (a data-parallel rank
     takes ``--pipeline-batch``, the pipeline the ranks' sum in ``--pipeline-micro-batches``)."""
-    pipeline = name == "hybrid_2stages"
+    pipeline = name == "hybrid"
     batch = [f"data.batch_size={args.pipeline_batch * RANKS}", f"strategy.micro_batches={args.pipeline_micro_batches}"] \
         if pipeline else [f"data.batch_size={args.pipeline_batch}"]
     return ["model=resattnet3d_18", "data=adni_synthetic", "data.subjects=40", "data.volume_shape=[48,48,48]",
@@ -213,8 +215,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pipeline", action="store_true", help="the pipeline's table (ResAttNet-18, 48^3) instead")
     parser.add_argument("--pipeline-batch", type=int, default=4, help="a data-parallel rank's batch (the pipeline: "
                         "the global batch, this times the ranks)")
-    parser.add_argument("--pipeline-micro-batches", type=int, default=2, help="the measured best of 2, 4, 8 on 2 equal "
-                        "ranks (benchmarks/hybrid_vs_data_parallel.py)")
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each pipeline-table contender under each source")
+    parser.add_argument("--pipeline-micro-batches", default="auto", help="the pipeline's micro-batches a batch: auto "
+                        "(its default: the count predicted fastest from its blocks' times) or a count")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -263,13 +266,15 @@ def main(argv: list[str] | None = None) -> None:
             names = [n for n in args.contenders if n not in SAME_TRAFFIC]
             names += [SAME_TRAFFIC[n] for n in args.contenders if n in SAME_TRAFFIC and SAME_TRAFFIC[n] not in names]
         for source in args.sources:
-            for name in names:
-                if any(r["name"] == name and r["link"] == source for r in results["throughput"]):
-                    continue
-                measured = throughput(args, name, 1e-4 if args.pipeline else best_lr(name), source, table)
-                results["throughput"].append(measured)
-                save()
-                print(f"[{name} {source}] {measured['samples_per_s']:.0f} samples/s, {measured['bytes_per_sample']:.0f} B/sample")
+            for repeat in range(args.repeats if args.pipeline else 1):  # contenders in turn, then again
+                for name in names:
+                    if any(r["name"] == name and r["link"] == source and r.get("repeat", 0) == repeat
+                           for r in results["throughput"]):
+                        continue
+                    measured = throughput(args, name, 1e-4 if args.pipeline else best_lr(name), source, table, repeat)
+                    results["throughput"].append(measured)
+                    save()
+                    print(f"[{name} {source}] {measured['samples_per_s']:.1f} samples/s, {measured['bytes_per_sample']:.0f} B/sample")
     if args.phase == "bytes":
         reason = why_not_shaped()
         if reason:
@@ -362,18 +367,28 @@ def pipeline_report(args, results: dict) -> str:
     lines = ["Pipeline against data parallelism: ResAttNet-18 on 48^3 volumes, 2 ranks, "
              f"global batch {args.pipeline_batch * RANKS} ({args.pipeline_batch} a data-parallel rank; the pipeline: "
              f"2 stages, the batch in {args.pipeline_micro_batches} micro-batches): "
-             "training time per sample (ms) inside each link, and against DDP's under the same link.", "",
-             "| contender | " + " | ".join(f"{link}: ms/sample (x DDP)" for link in args.sources) + " |",
-             "|---|" + "---|" * len(args.sources)]
-    ms = {(r["name"], r["link"]): 1000 / r["samples_per_s"] for r in results["throughput"]}
+             "training time per sample (ms; median of the runs, their range) inside each link, and DDP's and FSDP's "
+             "medians over the contender's under the same link.", "",
+             "| contender | " + " | ".join(f"{link}: ms/sample (range) | x DDP | x FSDP" for link in args.sources) + " |",
+             "|---|" + "---|---|---|" * len(args.sources)]
+    runs: dict[tuple[str, str], list[float]] = {}
+    for r in results["throughput"]:
+        runs.setdefault((r["name"], r["link"]), []).append(1000 / r["samples_per_s"])
+    ms = {key: median(values) for key, values in runs.items()}
     for name in PIPELINE:
-        cells = [f"{ms[(name, link)]:.1f} ({ms[('ddp', link)] / ms[(name, link)]:.2f}x)" if (name, link) in ms
-                 and ("ddp", link) in ms else "n/a" for link in args.sources]
+        cells = []
+        for link in args.sources:
+            if (name, link) not in ms:
+                cells += ["n/a", "", ""]
+                continue
+            spread = runs[(name, link)]
+            cells.append(f"{ms[(name, link)]:.1f} ({min(spread):.1f}-{max(spread):.1f})" if len(spread) > 1
+                         else f"{ms[(name, link)]:.1f}")
+            cells += [f"{ms[(other, link)] / ms[(name, link)]:.2f}x" if (other, link) in ms else "" for other in ("ddp", "fsdp")]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines += ["", "The link's byte count covers whole runs (the pipeline's set-up and its checkpoint gathered to "
               "rank 0 included), not only the timed batches: it is in the JSON, not in this table."]
     return "\n".join(lines) + "\n"
-
 
 if __name__ == "__main__":
     main()

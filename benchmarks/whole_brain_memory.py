@@ -18,6 +18,7 @@ those over it are refused before training (the message is printed), the others t
     python benchmarks/whole_brain_memory.py --view 1.5mm --contenders ddp pipe2_1f1b
     python benchmarks/whole_brain_memory.py --budget 1100MiB --contenders ddp_ckpt_accum pipe2_1f1b pipe4_1f1b
     python benchmarks/whole_brain_memory.py --budget "[500MiB,1200MiB]" --contenders fsdp_ckpt_accum pipe2_1f1b  # one a rank
+    python benchmarks/whole_brain_memory.py --budget 1000MiB --contenders pipe2_1f1b_no_headroom pipe2_1f1b  # headroom
 
 On CPUs the peak is the resident set's, and glibc keeps freed memory resident: its mmap threshold rises
 with each large block freed (up to 32 MiB), after which tensors come from heaps that return little, so a
@@ -64,6 +65,8 @@ def contenders(view: tuple[int, ...] = VIEWS["2mm"]) -> dict[str, tuple[int, lis
             "fsdp": fsdp(4, False), "fsdp_ckpt": fsdp(4, True), "fsdp_ckpt_accum": fsdp(1, True),
             "fsdp_zero2": fsdp(4, False, "fsdp2_shard_grad_op"), "fsdp_zero2_ckpt": fsdp(4, True, "fsdp2_shard_grad_op"),
             "pipe2_1f1b": pipe(2, "1F1B"), "pipe2_gpipe": pipe(2, "GPipe"), "pipe4_1f1b": pipe(4, "1F1B"),
+            # the fastest placement that fits, however full (no memory headroom): what a binding budget does to it
+            "pipe2_1f1b_no_headroom": (2, [*pipe(2, "1F1B")[1], "strategy.placement_options.memory_headroom=0"]),
             "pipe4_gpipe": pipe(4, "GPipe")}
 
 

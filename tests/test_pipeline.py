@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tempfile
+import warnings
 
 import pytest
 import torch
@@ -184,8 +185,14 @@ def _stage_checkpoint(rank: int, init_file: str, out: str) -> None:
     position = {id(p): i for i, p in enumerate(params)}
     state = {"state": {position[id(p)]: s for p, s in optimizer.state.items()}, "param_groups": []}
     gathered = gather_optimizer_state(state, params, holders, rank, 0, None)
-    own = sorted(own_part(dict.fromkeys(net.state_dict()), net.state_dict(keep_vars=True)))
-    torch.save({"full": full, "optimizer": gathered, "own": own}, f"{out}/rank{rank}.pt")
+    loaded = own_part(dict.fromkeys(net.state_dict()), net.state_dict(keep_vars=True))
+    own = sorted(k for k, v in loaded.items() if v is None)  # the rest: this rank's own meta tensors
+    whole = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4)).state_dict()
+    with warnings.catch_warnings(record=True) as caught:  # a stage-only rank loads a whole model's checkpoint
+        warnings.simplefilter("always")
+        net.load_state_dict(own_part(whole, net.state_dict(keep_vars=True)))
+    torch.save({"full": full, "optimizer": gathered, "own": own, "warnings": [str(w.message) for w in caught]},
+               f"{out}/rank{rank}.pt")
     dist.destroy_process_group()
 
 
@@ -204,6 +211,7 @@ def test_a_stage_only_model_is_gathered_on_one_rank_tensor_by_tensor(tmp_path):
     assert sorted(second["optimizer"]["state"]) == [2, 3], "rank 1 keeps its own"
     assert first["own"] == ["0.bias", "0.weight"] and second["own"] == sorted(["1.weight", "1.bias", "1.running_mean",
                                                                                 "1.running_var", "1.num_batches_tracked"])
+    assert first["warnings"] == second["warnings"] == []  # no "copying ... to a meta parameter" for BatchNorm's count
 
 
 def test_micro_batches_of_one_sample_that_batchnorm_refuses_say_how_to_split_instead(tmp_path):

@@ -6,7 +6,7 @@ one rank, tensor by tensor from the rank that holds it, and each rank's part of 
   alike; each tensor (or optimizer state) travels once, point to point from its holder to the
   gathering rank, which alone gets the whole; never more than one tensor of another stage on its
   device at a time.
-* :func:`own_part`: the entries of a full state dict this rank holds (not on the meta device).
+* :func:`own_part`: a full state dict as this rank loads it (another stage's entries its own meta tensors).
 
 Plain torch.distributed through :mod:`lightning_hybrid.comm.collectives`: no Lightning.
 """
@@ -70,9 +70,11 @@ def gather_optimizer_state(state: dict[str, Any], params: Sequence[torch.Tensor]
 
 
 def own_part(state: Mapping[str, Any], current: Mapping[str, torch.Tensor]) -> dict[str, Any]:
-    """The entries of a full state dict that this rank holds (``current``: its module's state dict with
-    ``keep_vars``; another stage's tensors are on the meta device)."""
-    return {k: v for k, v in state.items() if not (k in current and current[k].is_meta)}
+    """A full state dict for this rank to load (``current``: its module's state dict with ``keep_vars``; another
+    stage's tensors are on the meta device): the entries it holds, another stage's replaced by its own meta
+    tensor, whose load copies nothing (left out, BatchNorm would fill in a ``num_batches_tracked`` of 0 and torch
+    warn, for each, of a copy into a meta tensor)."""
+    return {k: current[k] if k in current and current[k].is_meta else v for k, v in state.items()}
 
 
 def _to_cpu(value: Any) -> Any:

@@ -15,10 +15,12 @@ from lightning_hybrid.comm.delayed_allreduce import DelayedAllReduce
 from lightning_hybrid.devices import Device, PeakMemory, devices_in_flops, free_memory, probe_speed, held_bytes
 from lightning_hybrid.pipeline import Mesh, PipelineParallel, StageModule, pipeline_blocks, pipeline_inputs, pipeline_loss
 from lightning_hybrid.pipeline.materialize import is_freed
+from lightning_hybrid.pipeline.parallel import micro_batch_count
 from lightning_hybrid.pipeline.stage_adoption import meta_outside_blocks
 from lightning_hybrid.pipeline.stage_executor import describe_stage_times, stage_time_metrics
 from lightning_hybrid.placement import Placement
 from lightning_hybrid.placement.figure import placement_summary
+from lightning_hybrid.placement.micro_batches import choose_micro_batches, micro_batch_candidates
 from lightning_hybrid.placement.pipeline_options import check_pipeline_options, check_stage_sizes
 from lightning_hybrid.placement.pipeline_stages import plan_stages
 from lightning_hybrid.lightning.strategies import common
@@ -34,7 +36,7 @@ class HybridParallelStrategy(StageOnlyState, RoutedEvaluation, common.UnwrappedD
     logs_peak_memory = ...
     aliases = ...
 
-    def __init__(self, pipeline_stages: int=2, data_parallel: int=1, placement: str | Sequence[int]='gabra', schedule: str='1F1B', micro_batches: int=4, devices: Sequence[Any] | None=None, objective: str='bottleneck', placement_options: dict | None=None, seed: int=0, gradient_sync: str='sync', delay: int=1, input_shape: Sequence[int] | None=None, optimizer_slots: int=1, **kwargs: Any) -> None:
+    def __init__(self, pipeline_stages: int=2, data_parallel: int=1, placement: str | Sequence[int]='gabra', schedule: str='1F1B', micro_batches: int | str='auto', devices: Sequence[Any] | None=None, objective: str='bottleneck', placement_options: dict | None=None, seed: int=0, gradient_sync: str='sync', delay: int=1, input_shape: Sequence[int] | None=None, optimizer_slots: int=1, **kwargs: Any) -> None:
         ...
 
     @property
@@ -47,7 +49,7 @@ class HybridParallelStrategy(StageOnlyState, RoutedEvaluation, common.UnwrappedD
     def _check_module(self, model: pl.LightningModule) -> None:
         ...
 
-    def _micro_batch_size_hint(self, trainer: pl.Trainer) -> int:
+    def _batch_hint(self, trainer: pl.Trainer) -> int:
         ...
     slows_its_compute = ...
     holds_part_of_the_model = ...
@@ -77,10 +79,10 @@ class HybridParallelStrategy(StageOnlyState, RoutedEvaluation, common.UnwrappedD
     def _probe_devices(self) -> list[Device]:
         ...
 
-    def _plan(self, module: pl.LightningModule, example: torch.Tensor, devices: list[Device]) -> Placement:
+    def _plan(self, module: pl.LightningModule, batch: torch.Tensor, devices: list[Device]) -> Placement:
         ...
 
-    def _agreed_placement(self, module: pl.LightningModule, example: torch.Tensor) -> Placement:
+    def _agreed_placement(self, module: pl.LightningModule, batch: torch.Tensor) -> Placement:
         ...
 
     def _adopt(self, placement: Placement) -> None:
