@@ -2,7 +2,8 @@
 heterogeneous devices, times data parallelism over pipeline replicas (paper 003).
 
 Lightning glue: the placement algorithms are :mod:`lightning_hybrid.placement`, the rank layout and
-stage modules :mod:`lightning_hybrid.pipeline`, the schedules torch.distributed.pipelining's.
+stage modules and schedules :mod:`lightning_hybrid.pipeline` (schedules as lists of typed actions a stage,
+as torch.distributed.pipelining writes them, run by our own executor).
 """
 
 from __future__ import annotations
