@@ -41,6 +41,7 @@ import copy
 import functools
 import operator
 import os
+import threading
 from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -193,12 +194,37 @@ class ShardedClient:
                              None if reads is None else reads[i], batches, shares, mask, clip)
             for i, (client, grad, part, mask) in enumerate(zip(self.clients, grads, outs, masks))
         ]
-        return self._merge([client.pulled(request, part) for client, request, part in zip(self.clients, sent, outs)])
+        return self._merge(self._pulled_from_all(sent, outs))
+
+    def _pulled_from_all(self, sent: list, outs: list[Bulk]) -> list[PullInfo]:
+        """Every shard's reply, each awaited at once (a thread a shard beyond the first): a shard sends its reply
+        when its peers' part of a clipped step's norm arrives, and its send waits for this worker's receive,
+        so waiting for the shards one after another can wait for a shard that waits for another worker that
+        waits for a shard this worker has not yet listened to (tests/test_step_settings.py, 2 shards)."""
+        infos: list[PullInfo | None] = [None] * len(self.clients)
+        errors: list[BaseException] = []
+
+        def pull(i: int) -> None:
+            try:
+                infos[i] = self.clients[i].pulled(sent[i], outs[i])
+            except BaseException as error:  # noqa: BLE001 (re-raised below, in the caller's thread)
+                errors.append(error)
+
+        threads = [threading.Thread(target=pull, args=(i,), name=f"ps-shard-{i}-reply", daemon=True)
+                   for i in range(1, len(self.clients))]
+        for thread in threads:
+            thread.start()
+        pull(0)
+        for thread in threads:
+            thread.join()
+        if errors:
+            raise errors[0]
+        return infos  # type: ignore[return-value]
 
     def finish(self, out: torch.Tensor) -> PullInfo:
         outs = self._slices(out)
         sent = [client.send_finish(part) for client, part in zip(self.clients, outs)]
-        return self._merge([client.pulled(request, part) for client, request, part in zip(self.clients, sent, outs)])
+        return self._merge(self._pulled_from_all(sent, outs))
 
     def optimizer_state(self) -> dict[str, Any]:
         return merge_states([client.optimizer_state() for client in self.clients], self.plan)
