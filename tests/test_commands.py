@@ -38,7 +38,7 @@ ALIASES = ("ddp", "ssp", "ssp_async", "ssp_bounded", "balanced", "allreduce_asgd
            "cneural", "hybrid")
 #: The other strategies of the command line (its configs), in a batch job only: the terminal's progress bar
 #: is the same code under every strategy.
-CONFIGS = ("ddp_bf16", "ddp_powersgd", "ddp_spawn")
+CONFIGS = ("ddp_bf16", "ddp_powersgd", "ddp_spawn", "fsdp2", "fsdp2_shard_grad_op")
 #: A few batches of MNIST-shaped synthetic data (no download), two epochs: the epoch's end, where the
 #: metrics are synchronised and checkpoints written, is met twice.
 SMALL = ("trainer.max_epochs=2", "trainer.limit_train_batches=4", "trainer.limit_val_batches=2",

@@ -60,3 +60,24 @@ def test_counts_predicted_within_two_percent_of_the_shortest_go_to_the_fewest_mi
     # 3 % shorter is a prediction to follow
     clear = choose_micro_batches(per_sample_cost_plan({1: 1.0, 2: 3 * 0.083 * 2 * 0.97 / 5, 4: 0.083}), [2, 4, 8])
     assert clear.notes["micro_batches"] == 4
+
+
+def test_plan_pipeline_chooses_among_the_batch_s_counts_and_budgets_cap_each_device():
+    import torch
+    from torch import nn
+
+    from lightning_hybrid.placement.pipeline_stages import plan_pipeline, within_budgets
+
+    blocks = nn.Sequential(*[nn.Sequential(nn.Linear(16, 16), nn.ReLU()) for _ in range(4)])
+    devices = [Device("a", speed=1e9, memory=2**30), Device("b", speed=1e9, memory=2**30)]
+    placement = plan_pipeline(blocks, torch.zeros(8, 16, device="meta"), devices, "exact", 2, "bottleneck", 0,
+                              {"block_cost": "flops"}, 2, "1F1B", None)
+    assert set(placement.notes["predicted_step_s"]) == {2, 4, 8}
+    assert placement.notes["micro_batches"] == 8  # FLOPs: only the bubble counts
+    fixed = plan_pipeline(blocks, torch.zeros(8, 16, device="meta"), devices, "exact", 2, "bottleneck", 0,
+                          {"block_cost": "flops"}, 2, "GPipe", 4)
+    assert fixed.notes["micro_batches"] == 4
+    assert [d.memory for d in within_budgets(devices, [2**20, 2**31])] == [2**20, 2**30]
+    assert [d.memory for d in within_budgets(devices, 2**20)] == [2**20, 2**20]
+    with pytest.raises(ValueError, match="gives 1 sizes for 2 pipeline positions"):
+        within_budgets(devices, [2**20])

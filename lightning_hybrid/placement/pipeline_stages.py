@@ -2,7 +2,9 @@
 
 :func:`plan_stages` profiles the blocks (FLOPs and memory from meta copies, so no memory whatever the
 model's size; or timed for real, ``method="time"``) and places them with a method of
-:mod:`lightning_hybrid.placement` (``"gabra"``, ``"exact"``, ...) or at given stage sizes. Used by
+:mod:`lightning_hybrid.placement` (``"gabra"``, ``"exact"``, ...) or at given stage sizes. :func:`plan_pipeline`
+also chooses the micro-batch count (``None``: the candidates' shortest predicted step) and
+:func:`within_budgets` caps the devices' memory at a budget. Used by
 :class:`~lightning_hybrid.HybridParallelStrategy` (rank 0 plans, every rank adopts); plain torch.
 """
 
@@ -17,7 +19,9 @@ import torch
 
 from lightning_hybrid.devices import Device, probe_speed
 from lightning_hybrid.pipeline.materialize import is_freed, meta_copy
+from lightning_hybrid.pipeline.parallel import micro_batch_count
 from lightning_hybrid.placement import Placement, plan, profile_blocks
+from lightning_hybrid.placement.micro_batches import choose_micro_batches, micro_batch_candidates
 from lightning_hybrid.placement.problem import InfeasiblePlacementError, Problem, memory_table
 
 log = logging.getLogger(__name__)
@@ -124,3 +128,38 @@ def plan_stages(
                                        + memory_table(blocks, devices, stages, placement))
     placement.notes.update(block_cost="time" if timed else "flops", reference_flops=reference)
     return placement
+
+
+def plan_pipeline(container: torch.nn.Module, batch: torch.Tensor, devices: Sequence[Device], method: str | Sequence[int],
+                  stages: int, objective: str, seed: int, options: Mapping[str, Any], optimizer_slots: int, schedule: str,
+                  micro_batches: int | None, checkpointed: bool = False,
+                  time_on: torch.device | str | None = None) -> Placement:
+    """:func:`plan_stages` on micro-batches of ``batch`` (a replica's batch, or its shape on the meta device) for
+    ``micro_batches``, or for each count of :func:`micro_batch_candidates` (None, ``"auto"``), keeping the one of
+    :func:`choose_micro_batches` (the placement's ``notes["micro_batches"]``). Every count's timings share one
+    FLOP/s (the first plan's ``reference_flops``). A 1F1B stage holds at most ``stages`` micro-batches'
+    activations at once, a GPipe stage all of them; each send's tensor is kept to the step's end."""
+    reference: dict[str, float | None] = {"flops": None}
+
+    def plan_for(count: int) -> Placement:
+        size = max(len(batch) // micro_batch_count(len(batch), count), 1)
+        placement = plan_stages(container, batch[:size], devices, method, stages, objective, seed, options,
+                                optimizer_slots, in_flight=count if schedule == "GPipe" else min(count, stages),
+                                checkpointed=checkpointed, held_messages=count, time_on=time_on,
+                                reference_flops=reference["flops"])
+        reference["flops"] = placement.notes.get("reference_flops")
+        return placement
+
+    counts = micro_batch_candidates(len(batch), stages) if micro_batches is None else [micro_batches]
+    return choose_micro_batches(plan_for, counts)
+
+
+def within_budgets(devices: Sequence[Device], budget: int | list[int] | None) -> list[Device]:
+    """``devices`` with their memory capped at ``budget`` bytes (one for all, or one a device in order)."""
+    if budget is None:
+        return list(devices)
+    limits = budget if isinstance(budget, list) else [budget] * len(devices)
+    if len(limits) < len(devices):
+        raise ValueError(f"memory_budget gives {len(limits)} sizes for {len(devices)} pipeline positions: give one "
+                         "a rank of a replica, or one for all")
+    return [dataclasses.replace(d, memory=min(d.memory, limit)) for d, limit in zip(devices, limits)]

@@ -1,14 +1,10 @@
 """HybridParallelStrategy: pipeline model parallelism whose stages a placement method puts on
 heterogeneous devices, times data parallelism over pipeline replicas (paper 003).
 
-Lightning glue: the placement algorithms are :mod:`lightning_hybrid.placement`, the rank layout and
-stage modules and schedules :mod:`lightning_hybrid.pipeline` (schedules as lists of typed actions a stage,
-as torch.distributed.pipelining writes them, run by our own executor).
-"""
+Lightning glue: the placement is :mod:`lightning_hybrid.placement`, the rank layout, stages and schedules
+(typed actions, as torch's pipelining writes them) :mod:`lightning_hybrid.pipeline`."""
 
 from __future__ import annotations
-
-import dataclasses
 
 import logging
 from collections.abc import Callable, Sequence
@@ -26,14 +22,12 @@ from lightning_hybrid.comm.delayed_allreduce import DelayedAllReduce
 from lightning_hybrid.devices import Device, PeakMemory, devices_in_flops, free_memory, probe_speed, held_bytes
 from lightning_hybrid.pipeline import Mesh, PipelineParallel, StageModule, pipeline_blocks, pipeline_inputs, pipeline_loss
 from lightning_hybrid.pipeline.materialize import is_freed
-from lightning_hybrid.pipeline.parallel import micro_batch_count
 from lightning_hybrid.pipeline.stage_adoption import meta_outside_blocks
 from lightning_hybrid.pipeline.stage_executor import describe_stage_times, stage_time_metrics
 from lightning_hybrid.placement import Placement
 from lightning_hybrid.placement.figure import placement_summary
-from lightning_hybrid.placement.micro_batches import choose_micro_batches, micro_batch_candidates
 from lightning_hybrid.placement.pipeline_options import check_pipeline_options, check_stage_sizes
-from lightning_hybrid.placement.pipeline_stages import plan_stages
+from lightning_hybrid.placement.pipeline_stages import plan_pipeline, within_budgets
 from lightning_hybrid.strategies import common
 from lightning_hybrid.strategies.even_batches import refuse_uneven_loaders
 from lightning_hybrid.strategies.placement_logging import log_placement
@@ -290,38 +284,19 @@ class HybridParallelStrategy(StageOnlyState, RoutedEvaluation, common.UnwrappedD
         return [Device(f"rank{p}", speed=s, memory=m) for p, (s, m) in enumerate(speeds[: self.pipeline_stages])]
 
     def _plan(self, module: pl.LightningModule, batch: torch.Tensor, devices: list[Device]) -> Placement:
-        """Profile the module's blocks on micro-batches of ``batch`` (a replica's batch, or its shape) and place
-        them (:func:`plan_stages`), for the given micro-batch count or each of ``"auto"``'s candidates
-        (:func:`choose_micro_batches`: the placement's ``notes["micro_batches"]`` is the count chosen)."""
-        reference: dict[str, float | None] = {"flops": None}  # one FLOP/s for every count's timings
-
-        def plan_for(micro_batches: int) -> Placement:
-            size = max(len(batch) // micro_batch_count(len(batch), micro_batches), 1)
-            placement = plan_stages(
-                pipeline_blocks(module), batch[:size], devices, self.given_placement, stages=self.pipeline_stages,
-                objective=self.objective, seed=self.seed, options=self.placement_options,
-                optimizer_slots=self.optimizer_slots, checkpointed=bool(getattr(pipeline_blocks(module), "checkpoint_blocks", False)),
-                # the micro-batches whose activations the first stage holds at once; a send's tensor is kept to the step's end
-                in_flight=micro_batches if self.schedule_name == "GPipe" else min(micro_batches, self.pipeline_stages),
-                held_messages=micro_batches, time_on=self.root_device if self.parallel_devices else None,
-                reference_flops=reference["flops"])
-            reference["flops"] = placement.notes.get("reference_flops")
-            return placement
-
-        counts = micro_batch_candidates(len(batch), self.pipeline_stages) if self.micro_batches is None \
-            else [self.micro_batches]
-        return choose_micro_batches(plan_for, counts)
+        """Place the module's blocks on micro-batches of ``batch`` (a replica's batch, or its shape), choosing the
+        micro-batch count under ``"auto"`` (:func:`plan_pipeline`)."""
+        blocks = pipeline_blocks(module)
+        return plan_pipeline(blocks, batch, devices, self.given_placement, self.pipeline_stages, self.objective, self.seed,
+                             self.placement_options, self.optimizer_slots, self.schedule_name, self.micro_batches,
+                             checkpointed=bool(getattr(blocks, "checkpoint_blocks", False)),
+                             time_on=self.root_device if self.parallel_devices else None)
 
     def _agreed_placement(self, module: pl.LightningModule, batch: torch.Tensor) -> Placement:
         """Rank 0 plans with ``batch`` (a replica's batch, :meth:`_plan`); every rank gets the placement (and the
         micro-batch count), or its error."""
         devices = self._given_devices_in_flops() if self.given_devices is not None else self._probe_devices()
-        if self.memory_limit is not None:
-            limits = self.memory_limit if isinstance(self.memory_limit, list) else [self.memory_limit] * len(devices)
-            if len(limits) < len(devices):
-                raise ValueError(f"memory_budget gives {len(limits)} sizes for {len(devices)} pipeline positions: give one "
-                                 "a rank of a replica, or one for all")
-            devices = [dataclasses.replace(d, memory=min(d.memory, limit)) for d, limit in zip(devices, limits)]
+        devices = within_budgets(devices, self.memory_limit)
         planned: Placement | Exception | None = None
         if self.global_rank == 0:
             try:

@@ -1,6 +1,5 @@
 # Generated from lightning_hybrid/strategies/hybrid.py by `python tools/generate_lightning_namespace.py`: edit that file, not this one.
 from __future__ import annotations
-import dataclasses
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -15,14 +14,12 @@ from lightning_hybrid.comm.delayed_allreduce import DelayedAllReduce
 from lightning_hybrid.devices import Device, PeakMemory, devices_in_flops, free_memory, probe_speed, held_bytes
 from lightning_hybrid.pipeline import Mesh, PipelineParallel, StageModule, pipeline_blocks, pipeline_inputs, pipeline_loss
 from lightning_hybrid.pipeline.materialize import is_freed
-from lightning_hybrid.pipeline.parallel import micro_batch_count
 from lightning_hybrid.pipeline.stage_adoption import meta_outside_blocks
 from lightning_hybrid.pipeline.stage_executor import describe_stage_times, stage_time_metrics
 from lightning_hybrid.placement import Placement
 from lightning_hybrid.placement.figure import placement_summary
-from lightning_hybrid.placement.micro_batches import choose_micro_batches, micro_batch_candidates
 from lightning_hybrid.placement.pipeline_options import check_pipeline_options, check_stage_sizes
-from lightning_hybrid.placement.pipeline_stages import plan_stages
+from lightning_hybrid.placement.pipeline_stages import plan_pipeline, within_budgets
 from lightning_hybrid.lightning.strategies import common
 from lightning_hybrid.lightning.strategies.even_batches import refuse_uneven_loaders
 from lightning_hybrid.lightning.strategies.placement_logging import log_placement
