@@ -99,7 +99,9 @@ PIPELINE = {
     "ddp": ["strategy=ddp"],
     "balanced": ["strategy=balanced", "strategy.fork_ranks=true"],
     "fsdp": ["strategy=fsdp2", "strategy.fork_ranks=true"],
-    "hybrid": ["strategy=hybrid", "strategy.fork_ranks=true"],
+    # placed at set-up from its input's shape: without it the first batch places it (several seconds of block
+    # timing for each micro-batch count), inside the one epoch this table times
+    "hybrid": ["strategy=hybrid", "strategy.fork_ranks=true", "strategy.input_shape=[1,48,48,48]"],
 }
 BATCH = 64
 RANKS = 2
@@ -152,12 +154,15 @@ def throughput(args, name: str, lr: float, source: str, table: dict, repeat: int
     batches = max(args.throughput_batches, 2 * rounds[0] if rounds else 0)
     rate, simulated = SOURCES[source]
     with ShapedLink(rate) as link:
-        run = cli([*(base(args) if table is CONTENDERS else pipeline_base(args, name)), *overrides, *simulated,
+        run = cli([*(base(args) if table is CONTENDERS else pipeline_base(args, name, batches)), *overrides, *simulated,
                    f"optimizer.lr={lr}", "trainer.max_epochs=1", f"trainer.limit_train_batches={batches}",
                    "trainer.limit_val_batches=0", "test=false", "callbacks=[epoch_timer]"],
                   args.out / "runs" / f"{args.model}_{name}_{source}_tp{f'_r{repeat}' if repeat else ''}", link=link)
     seconds = next(float(r["time/epoch_s"]) for r in run["rows"] if r.get("time/epoch_s"))
     batch = args.pipeline_batch if table is PIPELINE else BATCH
+    trained = trained_batches(run["rows"])
+    if trained != batches:  # an epoch shorter than the batches asked for: the samples would be counted wrong
+        raise RuntimeError(f"{name} under {source} trained {trained} batches, not {batches}: a larger data set is needed")
     samples = batches * batch * RANKS  # the pipeline's batch is the global one (pipeline_base)
     return {"name": name, "link": source, "samples_per_s": samples / seconds, "bytes_per_sample": run["bytes"] / samples,
             "batches": batches, "repeat": repeat}
@@ -179,13 +184,21 @@ def marginal_bytes(args, name: str, lr: float, rate: str) -> dict:
     return {"name": name, "link": rate, "bytes_per_sample": (measured[1] - measured[0]) / (2 * n * BATCH * RANKS)}
 
 
-def pipeline_base(args, name: str) -> list[str]:
+def trained_batches(rows: list[dict]) -> int:
+    """Optimizer steps of a one-epoch run, from its CSV log (the last row's step counts from 0)."""
+    return max(int(r["step"]) for r in rows if r.get("step")) + 1
+
+
+def pipeline_base(args, name: str, batches: int) -> list[str]:
     """The pipeline table's settings: the same global batch for every contender (a data-parallel rank
-    takes ``--pipeline-batch``, the pipeline the ranks' sum in ``--pipeline-micro-batches``)."""
+    takes ``--pipeline-batch``, the pipeline the ranks' sum in ``--pipeline-micro-batches``), and synthetic
+    subjects enough for ``batches`` of them in an epoch (a subject gives about half a training scan)."""
     pipeline = name == "hybrid"
     batch = [f"data.batch_size={args.pipeline_batch * RANKS}", f"strategy.micro_batches={args.pipeline_micro_batches}"] \
         if pipeline else [f"data.batch_size={args.pipeline_batch}"]
-    return ["model=resattnet3d_18", "data=adni_synthetic", "data.subjects=40", "data.volume_shape=[48,48,48]",
+    subjects = max(40, 2 * batches * args.pipeline_batch * RANKS + 16)
+    return ["model=resattnet3d_18", "data=adni_synthetic", f"data.subjects={subjects}",
+            f"data.root={(args.out / 'runs' / f'pipeline_data_{subjects}').resolve()}", "data.volume_shape=[48,48,48]",
             "data.view.image_shape=[48,48,48]", *batch, "data.cache.dir=null", "trainer.devices=2", "optimizer=adam_mri"]
 
 
@@ -364,31 +377,32 @@ def accuracy_report(args, results: dict, best_lr) -> str:
 
 
 def pipeline_report(args, results: dict) -> str:
+    """One row a link and contender: the training time per sample (median of the runs, their range), DDP's and
+    FSDP's medians over it under the same link, and the link's bytes per sample (the whole run's)."""
     lines = ["Pipeline against data parallelism: ResAttNet-18 on 48^3 volumes, 2 ranks, "
              f"global batch {args.pipeline_batch * RANKS} ({args.pipeline_batch} a data-parallel rank; the pipeline: "
              f"2 stages, the batch in {args.pipeline_micro_batches} micro-batches): "
              "training time per sample (ms; median of the runs, their range) inside each link, and DDP's and FSDP's "
              "medians over the contender's under the same link.", "",
-             "| contender | " + " | ".join(f"{link}: ms/sample (range) | x DDP | x FSDP" for link in args.sources) + " |",
-             "|---|" + "---|---|---|" * len(args.sources)]
-    runs: dict[tuple[str, str], list[float]] = {}
+             "| link | contender | ms a sample (range) | vs DDP | vs FSDP | MB through the link a sample |",
+             "|---|---|---|---|---|---|"]
+    runs: dict[tuple[str, str], list[dict]] = {}
     for r in results["throughput"]:
-        runs.setdefault((r["name"], r["link"]), []).append(1000 / r["samples_per_s"])
-    ms = {key: median(values) for key, values in runs.items()}
-    for name in PIPELINE:
-        cells = []
-        for link in args.sources:
+        runs.setdefault((r["name"], r["link"]), []).append(r)
+    ms = {key: median([1000 / r["samples_per_s"] for r in values]) for key, values in runs.items()}
+    for link in args.sources:
+        for name in PIPELINE:
             if (name, link) not in ms:
-                cells += ["n/a", "", ""]
                 continue
-            spread = runs[(name, link)]
-            cells.append(f"{ms[(name, link)]:.1f} ({min(spread):.1f}-{max(spread):.1f})" if len(spread) > 1
-                         else f"{ms[(name, link)]:.1f}")
-            cells += [f"{ms[(other, link)] / ms[(name, link)]:.2f}x" if (other, link) in ms else "" for other in ("ddp", "fsdp")]
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    lines += ["", "The link's byte count covers whole runs (the pipeline's set-up and its checkpoint gathered to "
-              "rank 0 included), not only the timed batches: it is in the JSON, not in this table."]
+            times = [1000 / r["samples_per_s"] for r in runs[(name, link)]]
+            spread = f" ({min(times):.1f}-{max(times):.1f})" if len(times) > 1 else ""
+            versus = [f"{ms[(other, link)] / ms[(name, link)]:.2f}x" if (other, link) in ms else "" for other in ("ddp", "fsdp")]
+            megabytes = median([r["bytes_per_sample"] / 1e6 for r in runs[(name, link)]])
+            lines.append(f"| {link} | {name} | {ms[(name, link)]:.1f}{spread} | {' | '.join(versus)} | {megabytes:.1f} |")
+    lines += ["", "The link's bytes cover whole runs (set-up's broadcast of rank 0's model, the pipeline's block timing, "
+              "the checkpoint gathered to rank 0), not only the timed batches."]
     return "\n".join(lines) + "\n"
+
 
 if __name__ == "__main__":
     main()

@@ -164,7 +164,8 @@ MODNN = "recipes/mao2017_modnn/README.md"
 GRID, RERUN = "LeNet-5, 98 %:", "Its summary ("
 LINK, LINK_SAMPLES = "Time to 98 % under each source:", "Samples to 98 %:"
 HYBRID_TABLE, PLACEMENT = "### Against what you would pick instead", "## `hybrid_placement.py`"
-HYBRID_LINK = "| contender | unshaped | 1 Gbit/s"
+HYBRID_SWEEP = "#### The sweep behind the defaults"
+HYBRID_LINK = "| link | contender | ms a sample"
 WHOLE_BRAIN = "At 2 mm (80 x 104 x 88):"
 LATENCY = "| contender | latency ms"
 
@@ -185,6 +186,10 @@ def hybrid(scenarios: str, contender: str) -> Cells:
     return Cells(HYBRID, HYBRID_TABLE, (scenarios, contender), ("vs DDP",))
 
 
+def sweep(scenarios: str, contender: str) -> Cells:
+    return Cells(HYBRID, HYBRID_SWEEP, (scenarios, contender), ("vs DDP",))
+
+
 def in_table(strategy: str, pattern: str) -> tuple[Quote, Quote]:
     """The strategy's row of the README's table and of the site's copy."""
     return tuple(Quote(page, rf"`{strategy}`.*?" + pattern) for page in (README, SNIPPET))
@@ -193,6 +198,7 @@ def in_table(strategy: str, pattern: str) -> tuple[Quote, Quote]:
 PERSISTENT, TRANSIENT = r".*_persistent", r".*_transient"
 TWO_RANKS = r"2 equal ranks|speeds \[1, 2\]|real contention on rank 1"
 SHARES = r"speeds \[1, 1, 2, 2\], CPU shares"
+TWO_SPEEDS = r"speeds \[1, 2\]|speeds \[1, 1, 2, 2\], CPU shares"
 
 FIGURES = [
     # Paper 000's grid (recipes/zhang2017_delay_sync), LeNet-5 to 98 %: balanced and SSP under stragglers.
@@ -331,30 +337,41 @@ FIGURES = [
     Figure("fsdp checkpointed, a batch of one", Cells(HYBRID, WHOLE_BRAIN, ("fsdp_ckpt_accum",), ("vs DDP",)), (
         Quote(FSDP, rf"and {F} with a batch of one"), *in_table("FullyShardedStrategy", rf"a rank peaks at {F} a DDP rank's"),
         Quote(INDEX, rf"FSDP needs less a rank \({F} a DDP rank's"))),
-    # The hybrid page's table against DDP and balanced (docs/strategies/hybrid.md).
-    Figure("hybrid, 4 ranks of two speeds", hybrid(SHARES, "hybrid_2x2_m2_timed"), (
-        *in_table("HybridParallelStrategy", rf"placed on measured times {F} on 4 ranks of speeds \[1, 1, 2, 2\]"),
-        Quote(INDEX, rf"DDP and `balanced`\s+\({F} against"), Quote(HYBRID, rf"as CPU shares {F} as 2 replicas"),
-        Quote(HYBRID, rf"\*\*\S+ \(4 stages, M=4\) and {F} \(2 x 2, M=2\)\*\*"), Quote(BENCH, rf"wins \({F} as 2 x 2;"))),
-    Figure("balanced, 4 ranks of two speeds", hybrid(SHARES, "balanced"), (
-        *in_table("HybridParallelStrategy", rf"\(2 x 2; balanced {F}\)"), Quote(INDEX, rf"`balanced`\s+\(\S+ against {F}\)"),
-        Quote(HYBRID, rf"2 stages\s+\(balanced {F};"), Quote(BENCH, rf"2 x 2; balanced {F}\)"),
-        Quote(HYBRID, rf"balanced data parallelism reaches {F} DDP"))),
-    Figure("hybrid, 2 ranks", hybrid(TWO_RANKS, "hybrid_m2"), (
-        *in_table("HybridParallelStrategy", rf"{F} on 2 ranks \(balanced"), Quote(INDEX, rf"DDP against {F}\)"),
-        Quote(HYBRID, rf"against the\s+pipeline's {F}\)"), Quote(BENCH, rf"the pipeline {F}\), and"))),
-    Figure("hybrid placed on measured times, speeds [1, 2]", hybrid(r"speeds \[1, 2\]", "hybrid_m2_timed"), (
-        Quote(HYBRID, rf"{F} DDP on\s+speeds \[1, 2\]"), Quote(HYBRID, rf"on speeds \[1, 2\] {F} DDP at M=2"),
-        Quote(HYBRID, rf"\({F} on \[1, 2\];"))),
-    Figure("balanced, 2 ranks", hybrid(TWO_RANKS, "balanced"), (
-        *in_table("HybridParallelStrategy", rf"\(balanced: {F}\)"), Quote(INDEX, rf"`balanced` beat it \({F} DDP"),
-        Quote(HYBRID, rf"with 2 ranks \({F} DDP"), Quote(BENCH, rf"wins on 2 ranks \({F} DDP"),
-        Quote(HYBRID, rf"of two speeds or contended \({F}\)"))),
-    # The hybrid page's slow-link table (slow_link.py --pipeline): the pipeline between hosts at 1 Gbit/s.
-    Figure("hybrid, 1 Gbit/s link", Cells(HYBRID, HYBRID_LINK, ("hybrid, 2 stages",), ("1 Gbit/s",)), (
+    # The hybrid page's table at its defaults against DDP, balanced and FSDP, 3 runs a cell (docs/strategies/hybrid.md).
+    Figure("hybrid at its defaults, ranks of two speeds", hybrid(TWO_SPEEDS, "hybrid"), (
+        *in_table("HybridParallelStrategy", rf"on CPU ranks of different speeds {F} DDP"),
+        Quote(INDEX, rf"two speeds it beat DDP {F}"), Quote(HYBRID, rf"it beat DDP {F} and FSDP"),
+        Quote(BENCH, rf"ranks of two speeds \({F} DDP"))),
+    Figure("hybrid at its defaults against FSDP, ranks of two speeds", Cells(HYBRID, HYBRID_TABLE, (TWO_SPEEDS, "hybrid"),
+                                                                              ("vs FSDP",)), (
+        *in_table("HybridParallelStrategy", rf"DDP and {F} FSDP"), Quote(INDEX, rf"and FSDP {F}"),
+        Quote(HYBRID, rf"and FSDP {F} \(speeds"), Quote(BENCH, rf"DDP, {F}\s+FSDP\)"))),
+    Figure("hybrid at its defaults, 2 equal ranks", hybrid("2 equal ranks", "hybrid"), (
+        *in_table("HybridParallelStrategy", rf"on 2 equal ranks {F} DDP"), Quote(INDEX, rf"\({F} DDP, `balanced`"),
+        Quote(HYBRID, rf"on 2 equal ranks it ran at {F} DDP"), Quote(BENCH, rf"2 equal ranks it runs at {F}"))),
+    Figure("balanced, 2 equal ranks", hybrid("2 equal ranks", "balanced"), (
+        *in_table("HybridParallelStrategy", rf"\(balanced: {F}\)"), Quote(INDEX, rf"`balanced` {F}\)"),
+        Quote(HYBRID, rf"\(balanced data parallelism {F}\)"), Quote(BENCH, rf"balanced data parallelism {F}\)"))),
+    Figure("hybrid at its defaults, real contention", hybrid("real contention on rank 1", "hybrid"), (
+        Quote(HYBRID, rf"and DDP {F} under\s+real contention"),)),
+    # ... and the sweep of micro-batches and placements the defaults were chosen from (one run a cell).
+    Figure("hybrid sweep, 4 ranks of two speeds", sweep(SHARES, "hybrid_2x2_m2_timed"), (
+        Quote(HYBRID, rf"\*\*\S+ \(4 stages, M=4\) and {F} \(2 x 2, M=2\)\*\*"),)),
+    Figure("balanced sweep, 4 ranks of two speeds", sweep(SHARES, "balanced"), (
+        Quote(HYBRID, rf"balanced data parallelism reaches {F} DDP"),)),
+    Figure("hybrid sweep placed on measured times, speeds [1, 2]", sweep(r"speeds \[1, 2\]", "hybrid_m2_timed"), (
+        Quote(HYBRID, rf"on speeds \[1, 2\] {F} DDP at M=2"), Quote(HYBRID, rf"\({F} on \[1, 2\];"))),
+    Figure("balanced sweep, 2 ranks", sweep(TWO_RANKS, "balanced"), (
+        Quote(HYBRID, rf"of two speeds or contended \({F}\)"),)),
+    # The hybrid page's slow-link table (slow_link.py --pipeline): the pipeline between hosts.
+    Figure("hybrid, 1 Gbit/s link", Cells(HYBRID, HYBRID_LINK, ("1 Gbit/s", "hybrid"), ("vs DDP",)), (
         *in_table("HybridParallelStrategy", rf"between hosts at 1 Gbit/s {F} DDP"),
-        Quote(INDEX, rf"beat DDP {F} at 1 Gbit/s"), Quote(HYBRID, rf"the fastest: {F} DDP at 1 Gbit/s"),
-        Quote(HYBRID, rf"at 1 Gbit/s the pipeline trains {F} faster"))),
+        Quote(INDEX, rf"beat DDP {F}\s+at 1 Gbit/s"), Quote(HYBRID, rf"the fastest: {F} DDP at 1 Gbit/s"),
+        Quote(BENCH, rf"{F} DDP at 1 Gbit/s"))),
+    Figure("hybrid, 100 Mbit/s link", Cells(HYBRID, HYBRID_LINK, ("100 Mbit/s", "hybrid"), ("vs DDP",)), (
+        Quote(HYBRID, rf"DDP at 1 Gbit/s, {F} at 100 Mbit/s"), Quote(INDEX, rf"at 1 Gbit/s and {F} at 100 Mbit/s"))),
+    Figure("hybrid against FSDP, 100 Mbit/s link", Cells(HYBRID, HYBRID_LINK, ("100 Mbit/s", "hybrid"), ("vs FSDP",)), (
+        Quote(HYBRID, rf"and FSDP {F} at 100 Mbit/s"),)),
     # Placement (benchmarks/README.md, hybrid_placement.py): GABRA against the uniform split and balance by time.
     Figure("GABRA over uniform, small input", Cells(BENCH, PLACEMENT, (r"base 32, 32\^3", "gabra"), ("vs uniform",)), (
         Quote(ADNI, rf"trains {F} faster than the uniform placement \(small input\)"),)),
@@ -407,7 +424,7 @@ def regions() -> dict[str, list[tuple[int, int]]]:
         return [(m.start(), m.end()) for m in re.finditer(r"^\| (\[`|Lightning).*$", read(page), re.MULTILINE)]
 
     found = {README: strategy_rows(README), SNIPPET: [whole(SNIPPET)], INDEX: [whole(INDEX)], RECIPES: [whole(RECIPES)],
-             BENCH: [paragraph(BENCH, "Each pipeline runs at 2, 4 and 8 micro-batches"),
+             BENCH: [paragraph(BENCH, "At its defaults (2026-11-29, 3 runs a cell)"),
                      paragraph(BENCH, "VGG-16 (random weights), one image per batch")]}
     for page in sorted((ROOT / "docs" / "strategies").glob("*.md")):
         name = str(page.relative_to(ROOT))
