@@ -399,8 +399,8 @@ def pipeline_report(args, results: dict) -> str:
             versus = [f"{ms[(other, link)] / ms[(name, link)]:.2f}x" if (other, link) in ms else "" for other in ("ddp", "fsdp")]
             megabytes = median([r["bytes_per_sample"] / 1e6 for r in runs[(name, link)]])
             lines.append(f"| {link} | {name} | {ms[(name, link)]:.1f}{spread} | {' | '.join(versus)} | {megabytes:.1f} |")
-    lines += ["", "The link's bytes cover whole runs (set-up's broadcast of rank 0's model, the pipeline's block timing, "
-              "the checkpoint gathered to rank 0), not only the timed batches."]
+    lines += ["", "The link's bytes cover whole runs (set-up's broadcast of rank 0's model, the checkpoint gathered to "
+              "rank 0), not only the timed batches."]
     return "\n".join(lines) + "\n"
 
 

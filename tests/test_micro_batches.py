@@ -50,15 +50,15 @@ def test_counts_nothing_fits_are_left_out_and_if_none_fits_the_error_is_raised()
         choose_micro_batches(plan_for, [2])
 
 
-def test_counts_predicted_within_two_percent_of_the_shortest_go_to_the_fewest_micro_batches():
-    # 4 micro-batches predicted 1 % shorter than 2 (the prediction leaves out each micro-batch's messages): 2
-    almost = per_sample_cost_plan({1: 1.0, 2: 3 * 0.083 * 2 * 0.99 / 5, 4: 0.083})
+def test_counts_predicted_within_five_percent_of_the_shortest_go_to_the_fewest_micro_batches():
+    # 4 micro-batches predicted 3 % shorter than 2 (the prediction leaves out each micro-batch's messages): 2
+    almost = per_sample_cost_plan({1: 1.0, 2: 3 * 0.083 * 2 * 0.97 / 5, 4: 0.083})
     chosen = choose_micro_batches(almost, [2, 4, 8])
     steps = chosen.notes["predicted_step_s"]
-    assert steps[4] < steps[2] <= steps[4] * 1.02
+    assert steps[4] < steps[2] <= steps[4] * 1.05
     assert chosen.notes["micro_batches"] == 2
-    # 3 % shorter is a prediction to follow
-    clear = choose_micro_batches(per_sample_cost_plan({1: 1.0, 2: 3 * 0.083 * 2 * 0.97 / 5, 4: 0.083}), [2, 4, 8])
+    # 7 % shorter is a prediction to follow
+    clear = choose_micro_batches(per_sample_cost_plan({1: 1.0, 2: 3 * 0.083 * 2 * 0.93 / 5, 4: 0.083}), [2, 4, 8])
     assert clear.notes["micro_batches"] == 4
 
 

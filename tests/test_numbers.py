@@ -75,7 +75,7 @@ def expected_figures() -> dict[str, list[str]]:
             f"of different speeds {span([factor(r['vs DDP']) for r in two_speeds])} DDP and "
             f"{span([factor(r['vs FSDP']) for r in two_speeds])} FSDP",
             f"on 2 equal ranks {equal['hybrid']['vs DDP']} DDP (balanced: {equal['balanced']['vs DDP']})",
-            f"at 1 Gbit/s {tcp['vs DDP']} DDP"],
+            f"through a 1 Gbit/s link as between hosts {tcp['vs DDP']} DDP"],
     }
 
 

@@ -365,13 +365,13 @@ FIGURES = [
         Quote(HYBRID, rf"of two speeds or contended \({F}\)"),)),
     # The hybrid page's slow-link table (slow_link.py --pipeline): the pipeline between hosts.
     Figure("hybrid, 1 Gbit/s link", Cells(HYBRID, HYBRID_LINK, ("1 Gbit/s", "hybrid"), ("vs DDP",)), (
-        *in_table("HybridParallelStrategy", rf"between hosts at 1 Gbit/s {F} DDP"),
+        *in_table("HybridParallelStrategy", rf"through a 1 Gbit/s link as between hosts {F} DDP"),
         Quote(INDEX, rf"beat DDP {F}\s+at 1 Gbit/s"), Quote(HYBRID, rf"the fastest: {F} DDP at 1 Gbit/s"),
         Quote(BENCH, rf"{F} DDP at 1 Gbit/s"))),
     Figure("hybrid, 100 Mbit/s link", Cells(HYBRID, HYBRID_LINK, ("100 Mbit/s", "hybrid"), ("vs DDP",)), (
         Quote(HYBRID, rf"DDP at 1 Gbit/s, {F} at 100 Mbit/s"), Quote(INDEX, rf"at 1 Gbit/s and {F} at 100 Mbit/s"))),
     Figure("hybrid against FSDP, 100 Mbit/s link", Cells(HYBRID, HYBRID_LINK, ("100 Mbit/s", "hybrid"), ("vs FSDP",)), (
-        Quote(HYBRID, rf"and FSDP {F} at 100 Mbit/s"),)),
+        Quote(HYBRID, rf"and {F} FSDP at 100 Mbit/s"),)),
     # Placement (benchmarks/README.md, hybrid_placement.py): GABRA against the uniform split and balance by time.
     Figure("GABRA over uniform, small input", Cells(BENCH, PLACEMENT, (r"base 32, 32\^3", "gabra"), ("vs uniform",)), (
         Quote(ADNI, rf"trains {F} faster than the uniform placement \(small input\)"),)),
