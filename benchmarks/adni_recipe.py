@@ -49,7 +49,7 @@ CONTENDERS = {
 
 def cohort_overrides(cohort: Path) -> list[str]:
     return ["data=adni_like", f"data.source.caps_directory={cohort / 'caps'}", f"data.source.tsv_path={cohort / 'split'}",
-            f"data.cache.dir={cohort / 'cache'}"]
+            f"data.cache.dir={cohort / 'cache'}", "data.split.fold=0"]  # split-0 of the 5 folds
 
 
 def ensure_cohort(cohort: Path, subjects: int, seed: int) -> None:
