@@ -57,7 +57,7 @@ def test_server_capacity_reports_the_cost_per_push_beside_the_floor_for_both_tra
     # floor grows with the size too
     assert cost["3,000,000"] > cost["61,706"]
     assert floor["3,000,000"] > floor["61,706"]
-    assert re.search(r"server CPU per push ~ -?[\d.]+ ms per message \+ [\d.]+ ms per million parameters", out)
+    assert re.search(r"server CPU per push ~ -?[\d.]+ ms per message \+ -?[\d.]+ ms per million parameters", out)  # a fit: noise may tip a sign
     assert re.search(r"4 server\(s\), LeNet-5: [\d.]+ ms per push on each -> \d+ LeNet-5 workers", out)
 
     sharded = benchmark(tmp_path, "--params", SIZES[0], "--shards", "1", "2")
