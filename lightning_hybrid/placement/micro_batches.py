@@ -20,7 +20,7 @@ from lightning_hybrid.placement.problem import InfeasiblePlacementError, Placeme
 #: Counts predicted within this fraction of the shortest step count as tied, and the fewest of them is chosen:
 #: each micro-batch costs every stage a message pair and a turn of its schedule that the prediction leaves out
 #: (on CPU ranks, ResAttNet-18 at 48^3: a count of 4 predicted 0.5 % and 2.1 % shorter than 2 ran slower than
-#: every run that chose 2, 4.0 s an epoch against 2.8-3.6 and 105 ms a sample against 85-88).
+#: every run that chose 2, 4.0 s an epoch against 2.8-3.6 and 105 ms a sample against 85-91).
 CLOSE = 0.05
 
 #: The most micro-batches :func:`micro_batch_candidates` tries, in stages: at ``4 S`` the bubble is under 20 %
