@@ -1,8 +1,8 @@
 """Memory headroom: the fastest placement that leaves every device a fraction of its memory free.
 
-A plan's memory is an estimate: measured peaks of the whole-brain pipeline exceed its stage's estimate by
-up to 7 % (``benchmarks/whole_brain_memory.py``: 1048 MiB against 981), so a placement that fills a device
-to its last percent is one that may not fit. Memory *binds* when the fastest placement fills some device
+A plan's memory is an estimate: the whole-brain pipeline's largest stages peaked up to 10 % above theirs
+(``benchmarks/whole_brain_memory.py``: 818 MiB against 747), so a placement that fills a device to its last
+percent is one that may not fit. Memory *binds* when the fastest placement fills some device
 beyond ``1 - headroom``: :func:`keep_headroom` then returns the fastest placement that leaves ``headroom``
 of every device's memory free, and where none does, the placement whose fullest device is least full
 (then the fastest at that fill): the stages' memory is balanced before their time.
