@@ -14,6 +14,11 @@ persistent straggler, in a few (spells) a transient one. Logged per rank (``stra
 ``wait_s``, ``own_s``: means per batch) and said in one line per epoch, with the strategy the suite's
 measurements favour for that case (:data:`ADVICE`, from paper 000's recipe grid).
 
+Once a fit, at its first epoch's end, the ranks also measure the link between them (a one-value
+all-reduce: its round trip; one of the gradients' size: its rate) and the report says which regime the
+run is in, compute-, latency- or bandwidth-bound, with what fits it and the bound on what overlapping the
+exchange can win (:mod:`lightning_hybrid.comm.regime`).
+
 Not measured: waits inside the forward pass (the pipeline's schedule runs whole in ``training_step``,
 so under ``hybrid`` its bubbles count as the stages' own work).
 """
@@ -30,8 +35,9 @@ import pytorch_lightning as pl
 import torch.distributed as dist
 
 from lightning_hybrid.comm.collectives import all_gather_object
+from lightning_hybrid.comm.regime import IN_FLIGHT, Regime, classify, measure_link, round_trips, sent_bytes
 from lightning_hybrid.say import say
-from lightning_hybrid.strategies.meeting import meeting
+from lightning_hybrid.strategies.meeting import EveryBatch, meeting
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +98,15 @@ class RankTimes:
     sync: list[float] = field(default_factory=list)
     check: list[float] = field(default_factory=list)
     samples: list[int] = field(default_factory=list)
+    forward: list[float] = field(default_factory=list)
+
+    def compute_s(self) -> float:
+        """A batch's own compute, the exchange left out: its cycle less its backward and step, plus twice its
+        forward (a backward's FLOPs are about twice the forward's); the median over the batches."""
+        n = min(len(self.cycle), len(self.sync), len(self.forward))
+        if not n:
+            return 0.0
+        return statistics.median(c - s + 2 * f for c, s, f in zip(self.cycle[:n], self.sync[:n], self.forward[:n]))
 
 
 @dataclass
@@ -151,6 +166,41 @@ def analyse(ranks: list[RankTimes]) -> StragglerFinding:
     return StragglerFinding(cycles, waits, owns, None, means[slow] / reference, "none", slow_share)
 
 
+@dataclass
+class LinkRegime:
+    """The link the ranks measured between them and the regime it makes with their compute."""
+
+    round_trip_s: float
+    bytes_per_s: float
+    step_bytes: float
+    regime: Regime
+
+    def line(self) -> str:
+        rate = "no measurable limit" if self.bytes_per_s == float("inf") else f"{self.bytes_per_s / 1e6:.1f} MB/s"
+        r = self.regime
+        return (f"{r.name}: a step computes {1000 * r.compute_s:.1f} ms; the link's round trip is "
+                f"{1000 * self.round_trip_s:.1f} ms ({1000 * r.latency_s:.1f} ms of round trips a synchronous step), "
+                f"its rate {rate} ({1000 * r.bandwidth_s:.1f} ms for the gradients' "
+                f"{self.step_bytes / 1e6:.2f} MB); {r.advice} [lightning_hybrid.comm.regime]")
+
+
+def link_regime(trainer: pl.Trainer, pl_module: pl.LightningModule, compute_s: float) -> LinkRegime:
+    """Measure the link (every rank calls this) and classify a step of ``compute_s`` on it: a synchronous
+    step waits for its gradients' all-reduce and, where the ranks agree on a stop before every batch, that
+    agreement's one-value all-reduce."""
+    numel = sum(p.numel() for p in pl_module.parameters() if p.requires_grad)
+    round_trip, rate = measure_link(numel, pl_module.device)
+    ranks = trainer.world_size
+    waits = round_trips("all_reduce", ranks, numel)
+    if isinstance(meeting(trainer).agreement, EveryBatch):
+        waits += round_trips("all_reduce", ranks, 1)
+    step_bytes = sent_bytes("all_reduce", ranks, 4 * numel)
+    regime = classify(max(compute_s, 1e-6), round_trip, step_bytes, rate if rate != float("inf") else 1e18,
+                      round_trips=waits, exchange_round_trips=round_trips("all_reduce", ranks, numel),
+                      in_flight=IN_FLIGHT.get(str(dist.get_backend()), 1))
+    return LinkRegime(round_trip, rate, step_bytes, regime)
+
+
 def _batch_size(batch: Any) -> int:
     first = batch[0] if isinstance(batch, (list, tuple)) and batch else batch
     return int(first.shape[0]) if hasattr(first, "shape") and len(first.shape) else 1
@@ -168,6 +218,8 @@ class StragglerReport(pl.Callback):
         self._last_start: float | None = None
         self._samples = 0
         self._check_s = 0.0
+        #: The run's regime (compute-, latency- or bandwidth-bound), measured at the first epoch's end.
+        self.regime: LinkRegime | None = None
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         # First among the callbacks: a callback's work after a batch counts in the rank's cycle.
@@ -194,6 +246,8 @@ class StragglerReport(pl.Callback):
 
     def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: Any) -> None:
         self._before_backward = time.perf_counter()
+        if self._last_start is not None:
+            self.times.forward.append(self._before_backward - self._last_start)
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
@@ -210,6 +264,10 @@ class StragglerReport(pl.Callback):
         ranks = all_gather_object(times)  # every rank, even one without a timed batch this epoch
         if not all(r.cycle for r in ranks):
             return
+        if self.regime is None:  # once a fit: the link between the ranks against their compute
+            self.regime = link_regime(trainer, pl_module, max(r.compute_s() for r in ranks))
+            if trainer.is_global_zero:
+                say(log, f"straggler report: {self.regime.line()}")
         finding = analyse(ranks)
         self.findings.append(finding)
         for rank, (cycle, wait, own) in enumerate(zip(finding.cycle_s, finding.wait_s, finding.own_s)):

@@ -69,12 +69,17 @@ class HeterogeneitySimulator(pl.Callback):
         straggle_prob: per-step (``where="data"``: per-batch) probability of a transient straggler, on every rank.
         straggle_factor: how much slower a straggler step is.
         seed: straggler draws use ``(seed, rank)``, so runs are reproducible.
-        collective_latency_s: seconds of simulated network latency: every collective's completion
-            is that much later than its data's, its caller not blocked meanwhile
+        collective_latency_s: a simulated long link's round trip, seconds: every collective completes
+            its message steps' round trips (gloo: two for an all-reduce of 2 ranks, one for a broadcast)
+            later than its data, its caller not blocked meanwhile
             (:class:`~lightning_hybrid.sim.latency.CollectiveLatency`; DDP's buckets through a
             communication hook): what a long link does to DDP, local SGD and the delayed all-reduce,
             on one machine. The parameter-server strategies' point-to-point messages are not
             delayed: refused there.
+        collective_in_flight: collectives of one process group whose latencies run at once, the rest
+            waiting for one to complete; None: as many as the backend runs (gloo 2, NCCL 1); 0: unlimited.
+        collective_bytes_per_s: the link's rate for a collective's messages (each also waits the bytes a
+            rank sends in it over this rate); None: round trips alone.
         where: ``"compute"``, ``"after_step"`` or ``"data"`` (see above).
         affinity: one entry per rank: the CPU cores it is pinned to (``os.sched_setaffinity``), or
             ``None`` to leave it where it is; ``None`` for no pinning.
@@ -95,6 +100,8 @@ class HeterogeneitySimulator(pl.Callback):
         straggle_factor: float = 3.0,
         seed: int = 0,
         collective_latency_s: float = 0.0,
+        collective_in_flight: int | None = None,
+        collective_bytes_per_s: float | None = None,
         where: str = "compute",
         affinity: Sequence[Sequence[int] | None] | None = None,
         cpu_share: Sequence[float | None] | None = None,
@@ -102,6 +109,14 @@ class HeterogeneitySimulator(pl.Callback):
         if not collective_latency_s >= 0:
             raise ValueError(f"collective_latency_s must be non-negative seconds, got {collective_latency_s}")
         self.collective_latency_s = float(collective_latency_s)
+        if collective_in_flight is not None and not collective_in_flight >= 0:
+            raise ValueError(f"sim.collective_in_flight is a number of collectives (0: unlimited; null: the backend's), "
+                             f"got {collective_in_flight}")
+        self.collective_in_flight = collective_in_flight
+        if collective_bytes_per_s is not None and not collective_bytes_per_s > 0:
+            raise ValueError(f"sim.collective_bytes_per_s is a positive rate (null: round trips alone), "
+                             f"got {collective_bytes_per_s}")
+        self.collective_bytes_per_s = collective_bytes_per_s
         self.slowdown = None if slowdown is None else [float(f) for f in slowdown]
         self.straggle_prob = float(straggle_prob)
         self.straggle_factor = float(straggle_factor)
@@ -178,7 +193,8 @@ class HeterogeneitySimulator(pl.Callback):
         self.check_world_size(trainer.world_size)
         self.check_strategy(trainer.strategy)
         if self.collective_latency_s > 0 and self._latency is None:
-            self._latency = CollectiveLatency(self.collective_latency_s).install()
+            self._latency = CollectiveLatency(self.collective_latency_s, self.collective_in_flight,
+                                              self.collective_bytes_per_s).install()
             log.info("rank %d: simulated collective latency %.3f s", trainer.global_rank, self.collective_latency_s)
         rank = trainer.global_rank
         cores = self.affinity[rank] if self.affinity is not None else None

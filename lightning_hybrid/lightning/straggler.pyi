@@ -8,8 +8,9 @@ from typing import Any
 import lightning.pytorch as pl
 import torch.distributed as dist
 from lightning_hybrid.comm.collectives import all_gather_object
+from lightning_hybrid.comm.regime import IN_FLIGHT, Regime, classify, measure_link, round_trips, sent_bytes
 from lightning_hybrid.say import say
-from lightning_hybrid.lightning.strategies.meeting import meeting
+from lightning_hybrid.lightning.strategies.meeting import EveryBatch, meeting
 log = ...
 SLOW_FACTOR = ...
 PERSISTENT_SHARE = ...
@@ -28,6 +29,10 @@ class RankTimes:
     sync: list[float] = ...
     check: list[float] = ...
     samples: list[int] = ...
+    forward: list[float] = ...
+
+    def compute_s(self) -> float:
+        ...
 
 @dataclass
 class StragglerFinding:
@@ -46,6 +51,19 @@ def _others(values: list[float], rank: int) -> float:
     ...
 
 def analyse(ranks: list[RankTimes]) -> StragglerFinding:
+    ...
+
+@dataclass
+class LinkRegime:
+    round_trip_s: float
+    bytes_per_s: float
+    step_bytes: float
+    regime: Regime
+
+    def line(self) -> str:
+        ...
+
+def link_regime(trainer: pl.Trainer, pl_module: pl.LightningModule, compute_s: float) -> LinkRegime:
     ...
 
 def _batch_size(batch: Any) -> int:

@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 
 import pytorch_lightning as pl
 import torch
+import torch.distributed as dist
 from pytorch_lightning.callbacks import Callback, ModelCheckpoint
 from pytorch_lightning.strategies import DDPStrategy
 from lightning_fabric.utilities.distributed import _set_num_threads_if_needed
@@ -159,6 +160,16 @@ def unwrap_optimizer(optimizer: Any) -> torch.optim.Optimizer:
     return getattr(optimizer, "_optimizer", optimizer)
 
 
+#: DDP communication hooks that start further all-reduces from a bucket's completion (torch's PowerSGD):
+#: on gloo their order across several buckets differs between ranks, so they get one bucket there.
+CHAINED_HOOKS = ("powerSGD_hook", "batched_powerSGD_hook")
+
+
+def one_bucket_mb(model: torch.nn.Module) -> float:
+    """A ``bucket_cap_mb`` that holds all of ``model``'s trainable parameters in one DDP bucket."""
+    return sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad) / 2**20 + 1
+
+
 class CheckedDDPStrategy(Capabilities, DDPStrategy):
     """Lightning's DDP with the suite's conventions: ``processes_per_device`` processes on each device,
     the workers' backend chosen by :func:`~lightning_hybrid.comm.collectives.workers_backend`, a
@@ -300,6 +311,13 @@ class CheckedDDPStrategy(Capabilities, DDPStrategy):
         group, kwargs = ddp_group(), self._ddp_kwargs
         if group is not None:
             self._ddp_kwargs = {"process_group": group, **kwargs}
+        if self._ddp_comm_hook is not None and getattr(self._ddp_comm_hook, "__name__", "") in CHAINED_HOOKS \
+                and "bucket_cap_mb" not in kwargs and dist.get_backend(group) == "gloo":
+            self._ddp_kwargs = {**self._ddp_kwargs, "bucket_cap_mb": one_bucket_mb(model)}
+            rank_zero_info(f"{type(self).__name__}: {self._ddp_comm_hook.__name__} on gloo: one gradient bucket "
+                           f"(bucket_cap_mb={self._ddp_kwargs['bucket_cap_mb']:.0f}); with several, its chained "
+                           "all-reduces are started from gloo's completion threads in an order that differs between "
+                           "ranks (a collective size mismatch). Set ddp_kwargs.bucket_cap_mb to choose.")
         try:
             return super()._setup_model(model)
         finally:

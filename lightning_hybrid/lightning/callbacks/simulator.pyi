@@ -21,7 +21,7 @@ CALIBRATION_STEPS = ...
 
 class HeterogeneitySimulator(pl.Callback):
 
-    def __init__(self, slowdown: Sequence[float] | None=None, straggle_prob: float=0.0, straggle_factor: float=3.0, seed: int=0, collective_latency_s: float=0.0, where: str='compute', affinity: Sequence[Sequence[int] | None] | None=None, cpu_share: Sequence[float | None] | None=None) -> None:
+    def __init__(self, slowdown: Sequence[float] | None=None, straggle_prob: float=0.0, straggle_factor: float=3.0, seed: int=0, collective_latency_s: float=0.0, collective_in_flight: int | None=None, collective_bytes_per_s: float | None=None, where: str='compute', affinity: Sequence[Sequence[int] | None] | None=None, cpu_share: Sequence[float | None] | None=None) -> None:
         ...
 
     @property

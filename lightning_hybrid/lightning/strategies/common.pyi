@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 import lightning.pytorch as pl
 import torch
+import torch.distributed as dist
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.strategies import DDPStrategy
 from lightning.fabric.utilities.distributed import _set_num_threads_if_needed
@@ -61,6 +62,10 @@ def stop_if_agreed(strategy: Any, carried: Any) -> None:
     ...
 
 def unwrap_optimizer(optimizer: Any) -> torch.optim.Optimizer:
+    ...
+CHAINED_HOOKS = ...
+
+def one_bucket_mb(model: torch.nn.Module) -> float:
     ...
 
 class CheckedDDPStrategy(Capabilities, DDPStrategy):

@@ -1,0 +1,126 @@
+"""Which of compute, latency or bandwidth bounds a data-parallel step, and what to pick for it.
+
+A synchronous step (DDP) takes its compute ``C`` plus its exchange: the link's round trips ``L`` (gloo: a
+round trip a message step, :func:`round_trips`; DDP's all-reduce two and
+Lightning's SIGTERM broadcast one on 2 ranks) and its bytes over the link's rate ``B``. A strategy that
+overlaps the exchange with the next steps' compute (``allreduce_asgd``) takes at best the largest of
+``C``, ``B`` and ``E / in_flight``, where ``E`` is one exchange's round trips and bytes (a process group
+runs ``in_flight`` collectives at once: gloo 2), so overlapping wins at most ``(C + L + B) / max(C, B,
+E / in_flight)``. :func:`classify` names the regime by the terms, states that bound, and says what fits:
+
+* **compute-bound** (``C + L + B`` under :data:`WORTH` times ``C``): DDP; what the link costs is not
+  worth hiding.
+* **latency-bound** (``L`` at least ``B``): ``allreduce_asgd`` with ``delay = ceil(E / step)``, enough
+  of the overlapped steps to cover an exchange (more gains nothing once ``in_flight`` bounds the step).
+* **bandwidth-bound** (``B`` the largest): overlap cannot beat ``B`` a step; fewer bytes can: ``local_sgd``
+  with ``sync_every >= B / C`` (its rounds move the model once every ``sync_every`` steps).
+
+Measured through the delay line (``benchmarks/long_link.py``; LeNet-5, 2 gloo ranks): see
+docs/strategies/allreduce-asgd.md, "Which regime a run is in".
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+#: A step the link lengthens by less than this factor is compute-bound.
+WORTH = 1.2
+
+#: Collectives a process group runs at once, by backend (gloo: its 2 worker threads; NCCL: one stream).
+IN_FLIGHT = {"gloo": 2, "nccl": 1}
+
+
+def round_trips(name: str, ranks: int, numel: int | None, backend: str = "gloo") -> float:
+    """Round trips a collective ``name`` of ``ranks`` ranks over ``numel`` values takes on a long link: its
+    algorithm's message steps, each a round trip under gloo (the receiver's ready notice, then the data) and
+    half of one under NCCL. A ring all-reduce: ``2 (n - 1)`` steps (``n - 1`` where fewer values than ranks
+    leave the reduce-scatter nothing to split); all-gather, reduce-scatter: ``n - 1``; broadcast and
+    barrier: ``ceil(log2 n)`` (a tree)."""
+    if ranks < 2:
+        return 0.0
+    if name == "all_reduce":
+        steps = 2 * (ranks - 1) if numel is None or numel >= ranks else ranks - 1
+    elif name in ("all_gather", "all_gather_into_tensor", "reduce_scatter_tensor"):
+        steps = ranks - 1
+    else:
+        steps = (ranks - 1).bit_length()
+    return steps * (0.5 if backend == "nccl" else 1.0)
+
+
+def sent_bytes(name: str, ranks: int, nbytes: int) -> float:
+    """Bytes each rank sends in collective ``name`` of a tensor of ``nbytes``: a ring all-reduce
+    ``2 (n - 1) / n`` of it, an all-gather or reduce-scatter ``(n - 1) / n``, a broadcast all of it."""
+    if ranks < 2:
+        return 0.0
+    share = {"all_reduce": 2 * (ranks - 1) / ranks, "all_gather": ranks - 1, "all_gather_into_tensor": (ranks - 1) / ranks,
+             "reduce_scatter_tensor": (ranks - 1) / ranks}.get(name, 1.0)
+    return share * nbytes
+
+
+@dataclass(frozen=True)
+class Regime:
+    """A step's terms (seconds), the regime they make, the bound on overlap's gain, and the advice."""
+
+    compute_s: float
+    latency_s: float
+    bandwidth_s: float
+    name: str
+    overlap_bound: float
+    advice: str
+
+
+def classify(compute_s: float, round_trip_s: float, step_bytes: float, bytes_per_s: float, round_trips: float = 3,
+             exchange_round_trips: float = 2, in_flight: int = 2) -> Regime:
+    """The regime of a step of ``compute_s`` on a link of ``round_trip_s`` and ``bytes_per_s`` moving
+    ``step_bytes`` a step (module docstring). ``round_trips``: what a synchronous step waits for (DDP on
+    2 gloo ranks: 3); ``exchange_round_trips``: one overlapped exchange's (an all-reduce: 2)."""
+    if compute_s <= 0 or round_trip_s < 0 or round_trips < 0 or step_bytes < 0 or bytes_per_s <= 0 or in_flight < 1:
+        raise ValueError(f"a step's terms are positive (compute {compute_s}, round trip {round_trip_s} x {round_trips}, "
+                         f"{step_bytes} bytes at {bytes_per_s} B/s, {in_flight} in flight)")
+    latency, bandwidth = round_trip_s * round_trips, step_bytes / bytes_per_s
+    exchange = round_trip_s * exchange_round_trips + bandwidth
+    floor = max(compute_s, bandwidth, exchange / in_flight)
+    bound = (compute_s + latency + bandwidth) / floor
+    if compute_s * WORTH >= compute_s + latency + bandwidth:
+        return Regime(compute_s, latency, bandwidth, "compute-bound", bound,
+                      f"strategy=ddp: the link adds {(latency + bandwidth) / compute_s:.0%} to a step; overlapping it "
+                      f"could win at most {bound:.2f}x")
+    if latency >= bandwidth:
+        delay = max(1, math.ceil(exchange / floor - 1e-9))
+        return Regime(compute_s, latency, bandwidth, "latency-bound", bound,
+                      f"strategy=allreduce_asgd strategy.delay={delay}: {delay} steps cover an exchange's "
+                      f"{1000 * exchange:.0f} ms; overlapping wins at most {bound:.2f}x (a step no shorter than "
+                      f"{1000 * floor:.0f} ms: {in_flight} exchanges at once)")
+    rounds = max(2, math.ceil(bandwidth / compute_s))
+    return Regime(compute_s, latency, bandwidth, "bandwidth-bound", bound,
+                  f"strategy=local_sgd strategy.sync_every={rounds} or more: the link moves a step's "
+                  f"{step_bytes / 1e6:.2f} MB in {1000 * bandwidth:.0f} ms, which overlap cannot shorten "
+                  f"(at most {bound:.2f}x); fewer exchanges can")
+
+
+def measure_link(numel: int, device: torch.device | str = "cpu", repeats: int = 3) -> tuple[float, float]:
+    """The link between this process group's ranks, measured with its own collectives (every rank calls it):
+    the round trip (a one-value all-reduce, one message step: the median of ``repeats``) and the rate in
+    bytes a second of an all-reduce of ``numel`` float32 values, its round trips taken off (``inf`` where
+    they take all of its time)."""
+    ranks = dist.get_world_size()
+
+    def timed(tensor: torch.Tensor) -> float:
+        times = []
+        for _ in range(repeats):
+            dist.barrier()
+            start = time.perf_counter()
+            dist.all_reduce(tensor)
+            times.append(time.perf_counter() - start)
+        return sorted(times)[len(times) // 2]
+
+    round_trip = timed(torch.zeros(1, device=device)) / max(round_trips("all_reduce", ranks, 1), 1)
+    full = timed(torch.zeros(max(numel, ranks), device=device))
+    moved = sent_bytes("all_reduce", ranks, 4 * max(numel, ranks))
+    left = full - round_trip * round_trips("all_reduce", ranks, numel)
+    return round_trip, (moved / left if left > 1e-4 else float("inf"))
