@@ -162,6 +162,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--step-contenders", nargs="+", default=["ddp", "dga_d1", "dga_d2", "dga_d4"],
                         choices=list(CONTENDERS))
     parser.add_argument("--step-batches", type=int, default=60)
+    parser.add_argument("--step-repeats", type=int, default=3, help="runs of each (medians in the table)")
     parser.add_argument("--contenders", nargs="+", default=["ddp", "ddp_acc2", "ddp_acc4", "ddp_acc8", "dga_d2"],
                         choices=list(CONTENDERS))
     parser.add_argument("--accuracy-rtt-ms", type=float, nargs="+", default=[50.0])
@@ -208,21 +209,25 @@ def main(argv: list[str] | None = None) -> None:
     if args.phase in ("all", "steps"):
         batches = ["trainer.max_epochs=1", f"trainer.limit_train_batches={args.step_batches}",
                    "trainer.limit_val_batches=0", "test=false", "callbacks=[epoch_timer]"]
+        for repeat in range(args.step_repeats):  # contenders in turn, then again: a drift meets them all
+            for rtt in args.rtt_ms:
+                for name in args.step_contenders:
+                    if any(s["rtt_ms"] == rtt and s["name"] == name and s.get("repeat", 0) == repeat
+                           for s in results["steps"]):
+                        continue
+                    overrides = [*settings(args, name, lr_of(name)), *batches]
+                    with DelayedLink(rtt / 2000) as link:
+                        line = through_line(overrides, runs / f"{name}_line{rtt:g}_steps", link, args.timeout_s)
+                    simulated = on_loopback([*overrides, f"sim.collective_latency_s={rtt / 1000}"],
+                                            runs / f"{name}_sim{rtt:g}_steps", args.timeout_s)
+                    compute = on_loopback(overrides, runs / f"{name}_compute_steps", args.timeout_s)
+                    results["steps"].append({"rtt_ms": rtt, "name": name, "repeat": repeat,
+                                             "line_s": step_s(line["rows"], args.step_batches),
+                                             "sim_s": step_s(simulated["rows"], args.step_batches),
+                                             "compute_s": step_s(compute["rows"], args.step_batches), "line": link.stats})
+                    save()
+                    print(f"[steps {name} {rtt:g} ms #{repeat}] {json.dumps(results['steps'][-1])}")
         for rtt in args.rtt_ms:
-            for name in args.step_contenders:
-                if any(s["rtt_ms"] == rtt and s["name"] == name for s in results["steps"]):
-                    continue
-                overrides = [*settings(args, name, lr_of(name)), *batches]
-                with DelayedLink(rtt / 2000) as link:
-                    line = through_line(overrides, runs / f"{name}_line{rtt:g}_steps", link, args.timeout_s)
-                simulated = on_loopback([*overrides, f"sim.collective_latency_s={rtt / 1000}"],
-                                        runs / f"{name}_sim{rtt:g}_steps", args.timeout_s)
-                compute = on_loopback(overrides, runs / f"{name}_compute_steps", args.timeout_s)
-                results["steps"].append({"rtt_ms": rtt, "name": name, "line_s": step_s(line["rows"], args.step_batches),
-                                         "sim_s": step_s(simulated["rows"], args.step_batches),
-                                         "compute_s": step_s(compute["rows"], args.step_batches), "line": link.stats})
-                save()
-                print(f"[steps {name} {rtt:g} ms] {json.dumps(results['steps'][-1])}")
             rate = next((p.get("calibration", {}).get("bytes_per_s") for p in results["probe"] if p["rtt_ms"] == rtt), None)
             for entry in [e for e in results["steps"] if e["rtt_ms"] == rtt and "fitted_sim_s" not in e and rate]:
                 fitted = on_loopback([*settings(args, entry["name"], lr_of(entry["name"])), *batches,
@@ -283,19 +288,23 @@ def render(args, results: dict) -> str:
                           f"({c['all_reduce_s'] / (rtt / 1000):.2f} round trips; fitted rate "
                           + (f"{c['bytes_per_s'] / 1e6:.2f} MB/s)" if c["bytes_per_s"] else "none)")
                           for rtt, c in sorted(calibrated.items())), "",
-              "A step (ms): through the line; in the simulator at the same round trip (a round trip a message step, "
+              f"A step (ms; medians of {max([s.get('repeat', 0) for s in results['steps']] or [0]) + 1} runs, the line's "
+              "range): through the line; in the simulator at the same round trip (a round trip a message step, "
               "gloo's 2 collectives at once), then with the line's fitted rate too (`sim.collective_bytes_per_s`); "
               f"compute alone. DDP's prediction: compute + its all-reduce as measured in the loop above.", "",
               "| round trip | contender | line | simulator | / line | fitted simulator | / line | compute | "
               "DDP's prediction / line |", "|---|---|---|---|---|---|---|---|---|"]
-    for s in results["steps"]:
-        c = calibrated.get(s["rtt_ms"])
-        predicted = (s["compute_s"] + c["all_reduce_s"]) / s["line_s"] if s["name"] == "ddp" and c else None
-        fitted = s.get("fitted_sim_s")
-        lines.append(f"| {s['rtt_ms']:g} ms | {s['name']} | {1000 * s['line_s']:.1f} | {1000 * s['sim_s']:.1f} | "
-                     f"{s['sim_s'] / s['line_s']:.2f} | " + (f"{1000 * fitted:.1f} | {fitted / s['line_s']:.2f}"
-                                                              if fitted else "- | -")
-                     + f" | {1000 * s['compute_s']:.1f} | " + (f"{predicted:.2f}" if predicted else "-") + " |")
+    for rtt, name in dict.fromkeys((s["rtt_ms"], s["name"]) for s in results["steps"]):
+        mine = [s for s in results["steps"] if s["rtt_ms"] == rtt and s["name"] == name]
+        line, sim, compute = (median([s[key] for s in mine]) for key in ("line_s", "sim_s", "compute_s"))
+        fitted = median([s["fitted_sim_s"] for s in mine if "fitted_sim_s" in s])
+        c = calibrated.get(rtt)
+        predicted = (compute + c["all_reduce_s"]) / line if name == "ddp" and c else None
+        spread = f" ({1000 * min(s['line_s'] for s in mine):.1f}-{1000 * max(s['line_s'] for s in mine):.1f})" \
+            if len(mine) > 1 else ""
+        lines.append(f"| {rtt:g} ms | {name} | {1000 * line:.1f}{spread} | {1000 * sim:.1f} | {sim / line:.2f} | "
+                     + (f"{1000 * fitted:.1f} | {fitted / line:.2f}" if fitted == fitted else "- | -")
+                     + f" | {1000 * compute:.1f} | " + (f"{predicted:.2f}" if predicted else "-") + " |")
     lines += ["", f"Time to {args.target:.0%} through the line, end to end (the fit's start to the end of the test that "
               "reached it; every test, warm-up and the agreement to stop included); medians and ranges over the seeds; "
               "`x DDP`: DDP's median over the contender's (above 1: sooner).", "",
