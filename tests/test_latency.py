@@ -102,3 +102,40 @@ def test_collectives_take_their_round_trips_two_at_a_time(tmp_path):
         assert RTT * 0.95 <= round_trip < RTT * 1.3, (rank, m)  # a one-value all-reduce: one round trip
         assert 0.85e6 < rate < 1.05e6, (rank, m)  # 400 KB at 1 MB/s beside its 2 round trips
         assert m["delayed"] == 13, (rank, m)  # 3 barriers, 8 all-reduces, a broadcast, the chained one
+
+
+def _lanes(rank: int, rendezvous: str, results) -> None:
+    from lightning_hybrid.comm.delayed_allreduce import DelayedAllReduce
+
+    dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=2)
+    param = torch.nn.Parameter(torch.zeros(8))
+    groups = [dist.new_group(backend="gloo") for _ in range(2)]
+    latency = CollectiveLatency(RTT).install()
+    measured = {}
+    try:
+        for name, lanes in (("one group", groups[:1]), ("two lanes", groups)):
+            exchange = DelayedAllReduce([param], delay=4, group=lanes)
+            dist.barrier()
+            start = time.monotonic()
+            for _ in range(8):  # a step that takes no time, its exchange 4 steps deep
+                param.grad = torch.full((8,), float(rank))
+                exchange.push()
+                exchange.pop_ready()
+            while exchange.pop_oldest() is not None:
+                pass
+            measured[name] = time.monotonic() - start
+    finally:
+        latency.uninstall()
+    results[rank] = measured
+    dist.destroy_process_group()
+
+
+@pytest.mark.timeout(120)
+def test_lanes_run_more_exchanges_at_once_than_one_group(tmp_path):
+    """8 exchanges of 2 round trips each: one gloo group runs two at once (4 x 2 round trips), two lanes
+    four (2 x 2 round trips), what a delay of 4 needs to overlap them all."""
+    results = mp.Manager().dict()
+    mp.start_processes(_lanes, args=(str(tmp_path / "rendezvous"), results), nprocs=2, start_method="forkserver")
+    for rank, m in results.items():
+        assert 8 * RTT * 0.95 <= m["one group"] < 8 * RTT + 0.2, (rank, m)
+        assert 4 * RTT * 0.95 <= m["two lanes"] < 4 * RTT + 0.2, (rank, m)

@@ -51,9 +51,11 @@ COMPUTE_S, SAMPLES, BATCH = 0.1, 256, 16
 
 
 @pytest.mark.multiprocess
-@pytest.mark.parametrize("source", ["callback", "data", "spells", "none"])
+@pytest.mark.parametrize("source", ["callback", "data", "spells", "none", "latency"])
 def test_the_report_names_the_slow_rank_under_ddp(tmp_path, source):
-    extra = [] if source == "none" else ["--slow-rank", "1", "--slow-by", source]
+    extra = [] if source in ("none", "latency") else ["--slow-rank", "1", "--slow-by", source]
+    if source == "latency":  # a long link, simulated: a 50 ms round trip, 3 of them a step
+        extra += ["--latency", "0.05"]
     if source in ("callback", "data"):
         extra += ["--slow-per-sample", str(3 * COMPUTE_S / BATCH)]
     if source == "spells":
@@ -63,8 +65,16 @@ def test_the_report_names_the_slow_rank_under_ddp(tmp_path, source):
                      "--compute-sleep", str(COMPUTE_S), "--straggler-report", *extra)
     findings = json.loads((tmp_path / "straggler.json").read_text())
     assert len(findings) == 2
-    if source == "none":
+    regime = json.loads((tmp_path / "regime.json").read_text())
+    if source in ("none", "latency"):
         assert all(f["pattern"] == "none" and f["slow_rank"] is None for f in findings), findings
+    if source == "none":  # loopback: the link adds nothing worth hiding
+        assert regime["regime"]["name"] == "compute-bound", regime
+        assert regime["round_trip_s"] < 0.01, regime
+    elif source == "latency":  # the report measured the simulated round trip, and says what hides it
+        assert 0.045 <= regime["round_trip_s"] <= 0.07, regime
+        assert regime["regime"]["name"] == "latency-bound", regime
+        assert regime["regime"]["advice"].startswith("strategy=allreduce_asgd strategy.delay="), regime
     elif source == "spells":
         assert all(f["pattern"] != "persistent" for f in findings), findings
         assert any(f["pattern"] == "transient" and f["slow_rank"] == 1 for f in findings), findings

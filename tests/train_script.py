@@ -451,6 +451,8 @@ def main() -> None:
     trainer.fit(module, datamodule=data, ckpt_path=args.resume)
     if report is not None and trainer.is_global_zero:
         (args.out / "straggler.json").write_text(json.dumps([asdict(f) for f in report.findings]))
+        if report.regime is not None:
+            (args.out / "regime.json").write_text(json.dumps(asdict(report.regime)))
     rank = trainer.global_rank
     if isinstance(strategy, BalancedDataParallelStrategy):
         torch.save(module.batches, args.out / f"batches_rank{rank}.pt")

@@ -61,7 +61,7 @@ class BatchCounts:
         :class:`UnevenBatchesError` where they differ (on every rank), else start counting anew."""
         self.board.post(self._key(self.rank), str(self.batches))
         keys = [self._key(r) for r in range(self.world_size)]
-        posted = self.board.wait_for(keys, self.timeout_s, poll_s=0.02)
+        posted = self.board.wait_for(keys, self.timeout_s)
         if len(posted) < self.world_size:
             missing = [r for r in range(self.world_size) if self._key(r) not in posted]
             raise UnevenBatchesError(
@@ -71,10 +71,24 @@ class BatchCounts:
         counts = [posted[self._key(r)] for r in range(self.world_size)]
         if len(set(counts)) > 1:
             raise UnevenBatchesError(self._describe(counts))
+        self.board.post(self._seen(self._syncs, self.rank), "1")  # read: the store's host may go (finish)
         self._syncs += 1
         self.batches = 0
         if self._syncs > 2:  # every rank has posted this sync point: none reads two sync points ago any more
             self.board.delete(f"{self._syncs - 3}/{self.rank}")
+            self.board.delete(self._seen(self._syncs - 3, self.rank))
+
+    @staticmethod
+    def _seen(sync: int, rank: int) -> str:
+        return f"{sync}/seen{rank}"
+
+    def finish(self, timeout_s: float = 30.0) -> None:
+        """At the fit's end, on every rank: the rank whose process holds the store (global rank 0) waits
+        until every rank has read the last sync point's counts. Else it could end, and its store with it,
+        while a rank's read is still on its way through a long link (a 200 ms round trip: the peer's read
+        failed with "Connection was likely closed")."""
+        if self.rank == 0 and self._syncs:
+            self.board.wait_for([self._seen(self._syncs - 1, r) for r in range(self.world_size)], timeout_s)
 
     def check_peers(self) -> None:
         """While this rank waits for an exchange: raise :class:`UnevenBatchesError` if a peer posted the end

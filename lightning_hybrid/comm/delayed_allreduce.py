@@ -132,7 +132,9 @@ class DelayedAllReduce:
             synchronous all-reduce (DDP's result).
         bucket_size_mb: values are flattened into buckets of about this size, one collective each.
         group: the process group (default: the world). Use a group of its own: its collectives run in
-            the background while Lightning's run on the main thread.
+            the background while Lightning's run on the main thread. Or a list of groups of the same ranks
+            (lanes): push ``k`` goes through lane ``k mod len``, so that more exchanges run at once than one
+            group runs (gloo two, NCCL one; :func:`~lightning_hybrid.comm.regime.lanes`).
         compensation: ``None`` or ``"dc"`` (delay compensation, see the module docstring).
         dc_lambda: DC-ASGD's lambda.
         while_waiting: called about every second while this rank waits for an exchange to complete
@@ -150,7 +152,7 @@ class DelayedAllReduce:
         params: Sequence[torch.Tensor],
         delay: int,
         bucket_size_mb: float = 25.0,
-        group: dist.ProcessGroup | None = None,
+        group: dist.ProcessGroup | Sequence[dist.ProcessGroup] | None = None,
         compensation: str | None = None,
         dc_lambda: float = 0.04,
         while_waiting: Callable[[], None] | None = None,
@@ -159,11 +161,13 @@ class DelayedAllReduce:
         self.while_waiting = while_waiting
         self.params = list(params)
         self.delay = delay
-        self.group = group
+        self.lanes = list(group) if isinstance(group, (list, tuple)) else [group]
+        self.group = self.lanes[0]
+        self._pushes = 0  # the lane of the next push: the same on every rank
         self.compensation = compensation
         self.dc_lambda = dc_lambda
         self.bucket_indices = make_buckets(self.params, bucket_size_mb)
-        self.world_size = dist.get_world_size(group)
+        self.world_size = dist.get_world_size(self.group)
         self._queue: deque[InFlight] = deque()
         #: Seconds spent blocked waiting for collectives to finish (the communication not hidden).
         self.wait_s = 0.0
@@ -199,12 +203,14 @@ class DelayedAllReduce:
             used = [True] * len(values) if used is None else used
         local = flatten(values).clone() if keep_local else None  # before the all-reduces sum in place
         buckets, works = [], []
+        lane = self.lanes[self._pushes % len(self.lanes)]
+        self._pushes += 1
         for i, indices in enumerate(self.bucket_indices):
             pieces = [values[j] for j in indices]
             bucket = flatten(pieces) if i else torch.cat([flatten(pieces), self._header(used, stop, pieces[0])])
             self.bytes_sent += bucket.numel() * bucket.element_size()
             buckets.append(bucket)
-            works.append(start_all_reduce(bucket, group=self.group))
+            works.append(start_all_reduce(bucket, group=lane))
         weights = self._flat_weights() if self.compensation == "dc" else None
         self._queue.append(InFlight(buckets, works, weights, None if lrs is None else list(lrs), local, tag))
 

@@ -181,7 +181,7 @@ class DelayedGradientAveraging:
     """
 
     def __init__(self, optimizer: torch.optim.Optimizer, delay: int, bucket_size_mb: float = 25.0,
-                 group: dist.ProcessGroup | None = None, while_waiting: Callable[[], None] | None = None,
+                 group: dist.ProcessGroup | Sequence[dist.ProcessGroup] | None = None, while_waiting: Callable[[], None] | None = None,
                  rule: str | None = None) -> None:
         self.optimizer = optimizer
         self.params = [p for g in optimizer.param_groups for p in g["params"]]
@@ -189,7 +189,7 @@ class DelayedGradientAveraging:
             raise ValueError(f"rule must be None, 'update' or {rule_of(optimizer)!r} for {type(optimizer).__name__}, got {rule!r}")
         self.rule = rule or rule_of(optimizer)
         self.exchange = DelayedAllReduce(self.params, delay, bucket_size_mb, group=group, while_waiting=while_waiting)
-        self.delay, self.group = delay, group
+        self.delay, self.group = delay, self.exchange.group
         self._group_of = [i for i, g in enumerate(optimizer.param_groups) for _ in g["params"]]
         self._offsets = [0]
         for p in self.params[:-1]:

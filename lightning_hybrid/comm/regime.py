@@ -1,19 +1,19 @@
 """Which of compute, latency or bandwidth bounds a data-parallel step, and what to pick for it.
 
 A synchronous step (DDP) takes its compute ``C`` plus its exchange: the link's round trips ``L`` (gloo: a
-round trip a message step, :func:`round_trips`; DDP's all-reduce two and
-Lightning's SIGTERM broadcast one on 2 ranks) and its bytes over the link's rate ``B``. A strategy that
-overlaps the exchange with the next steps' compute (``allreduce_asgd``) takes at best the largest of
-``C``, ``B`` and ``E / in_flight``, where ``E`` is one exchange's round trips and bytes (a process group
-runs ``in_flight`` collectives at once: gloo 2), so overlapping wins at most ``(C + L + B) / max(C, B,
-E / in_flight)``. :func:`classify` names the regime by the terms, states that bound, and says what fits:
+round trip a message step, :func:`round_trips`; DDP's all-reduce two on 2 ranks) and its bytes over the
+link's rate ``B``. A strategy that overlaps the exchange ``E`` (its round trips and bytes) with the next
+``delay`` steps' compute (``allreduce_asgd``, which opens enough process groups, :func:`lanes`, that all
+``delay`` exchanges run at once) takes at best ``max(C, E / delay)`` a step (``max(C, B)`` where the bytes
+dominate: the exchanges share the link's rate), so overlapping wins at most ``(C + L + B)`` over that. :func:`classify` names the regime by the terms, states that bound,
+and says what fits:
 
 * **compute-bound** (``C + L + B`` under :data:`WORTH` times ``C``): DDP; what the link costs is not
   worth hiding.
-* **latency-bound** (``L`` at least ``B``): ``allreduce_asgd`` with ``delay = ceil(E / step)``, enough
-  of the overlapped steps to cover an exchange (more gains nothing once ``in_flight`` bounds the step).
-* **bandwidth-bound** (``B`` the largest): overlap cannot beat ``B`` a step; fewer bytes can: ``local_sgd``
-  with ``sync_every >= B / C`` (its rounds move the model once every ``sync_every`` steps).
+* **latency-bound** (``L`` at least ``B``): ``allreduce_asgd`` with ``delay = ceil(E / C)``, enough
+  steps of compute to cover an exchange, at most :data:`MAX_DELAY`.
+* **bandwidth-bound** (``B`` the larger): fewer bytes: ``local_sgd`` with ``sync_every >= B / C`` (its
+  rounds move the model once every ``sync_every`` steps).
 
 Measured through the delay line (``benchmarks/long_link.py``; LeNet-5, 2 gloo ranks): see
 docs/strategies/allreduce-asgd.md, "Which regime a run is in".
@@ -30,6 +30,8 @@ import torch.distributed as dist
 
 #: A step the link lengthens by less than this factor is compute-bound.
 WORTH = 1.2
+#: The largest delay advised: the largest measured at DDP's samples (LeNet-5 to 98 %: 1.11x at delay 4).
+MAX_DELAY = 4
 
 #: Collectives a process group runs at once, by backend (gloo: its 2 worker threads; NCCL: one stream).
 IN_FLIGHT = {"gloo": 2, "nccl": 1}
@@ -50,6 +52,14 @@ def round_trips(name: str, ranks: int, numel: int | None, backend: str = "gloo")
     else:
         steps = (ranks - 1).bit_length()
     return steps * (0.5 if backend == "nccl" else 1.0)
+
+
+def lanes(delay: int, backend: str) -> int:
+    """Process groups an exchange ``delay`` steps deep needs so that all ``delay`` of its collectives run at
+    once: ``ceil(delay / IN_FLIGHT[backend])``, at least one. Through a 50 ms round trip a 250 KB all-reduce
+    took 3 round trips; one gloo group runs two at once, so a step of the delayed all-reduce could be no
+    shorter than 1.5 round trips, whatever its delay, until each pair of exchanges had a group of its own."""
+    return max(1, math.ceil(delay / IN_FLIGHT.get(backend, 1)))
 
 
 def sent_bytes(name: str, ranks: int, nbytes: int) -> float:
@@ -74,28 +84,30 @@ class Regime:
     advice: str
 
 
-def classify(compute_s: float, round_trip_s: float, step_bytes: float, bytes_per_s: float, round_trips: float = 3,
-             exchange_round_trips: float = 2, in_flight: int = 2) -> Regime:
+def classify(compute_s: float, round_trip_s: float, step_bytes: float, bytes_per_s: float, round_trips: float = 2,
+             exchange_round_trips: float = 2, max_delay: int = MAX_DELAY) -> Regime:
     """The regime of a step of ``compute_s`` on a link of ``round_trip_s`` and ``bytes_per_s`` moving
     ``step_bytes`` a step (module docstring). ``round_trips``: what a synchronous step waits for (DDP on
-    2 gloo ranks: 3); ``exchange_round_trips``: one overlapped exchange's (an all-reduce: 2)."""
-    if compute_s <= 0 or round_trip_s < 0 or round_trips < 0 or step_bytes < 0 or bytes_per_s <= 0 or in_flight < 1:
+    2 gloo ranks: its all-reduce's 2; 3 where the ranks also agree on a stop before every batch);
+    ``exchange_round_trips``: one overlapped exchange's (an all-reduce: 2)."""
+    if compute_s <= 0 or round_trip_s < 0 or round_trips < 0 or step_bytes < 0 or bytes_per_s <= 0 or max_delay < 1:
         raise ValueError(f"a step's terms are positive (compute {compute_s}, round trip {round_trip_s} x {round_trips}, "
-                         f"{step_bytes} bytes at {bytes_per_s} B/s, {in_flight} in flight)")
+                         f"{step_bytes} bytes at {bytes_per_s} B/s, delay up to {max_delay})")
     latency, bandwidth = round_trip_s * round_trips, step_bytes / bytes_per_s
     exchange = round_trip_s * exchange_round_trips + bandwidth
-    floor = max(compute_s, bandwidth, exchange / in_flight)
+    delay = min(max_delay, max(1, math.ceil(exchange / compute_s - 1e-9)))
+    # lanes run the exchanges at once, but where the bytes dominate the link's rate is shared by them all
+    floor = max(compute_s, exchange / delay, bandwidth if bandwidth > latency else 0.0)
     bound = (compute_s + latency + bandwidth) / floor
     if compute_s * WORTH >= compute_s + latency + bandwidth:
         return Regime(compute_s, latency, bandwidth, "compute-bound", bound,
                       f"strategy=ddp: the link adds {(latency + bandwidth) / compute_s:.0%} to a step; overlapping it "
                       f"could win at most {bound:.2f}x")
     if latency >= bandwidth:
-        delay = max(1, math.ceil(exchange / floor - 1e-9))
+        exposed = "" if floor == compute_s else f" ({1000 * (floor - compute_s):.0f} ms a step still exposed)"
         return Regime(compute_s, latency, bandwidth, "latency-bound", bound,
-                      f"strategy=allreduce_asgd strategy.delay={delay}: {delay} steps cover an exchange's "
-                      f"{1000 * exchange:.0f} ms; overlapping wins at most {bound:.2f}x (a step no shorter than "
-                      f"{1000 * floor:.0f} ms: {in_flight} exchanges at once)")
+                      f"strategy=allreduce_asgd strategy.delay={delay}: {delay} steps of compute overlap an exchange's "
+                      f"{1000 * exchange:.0f} ms{exposed}; overlapping wins at most {bound:.2f}x")
     rounds = max(2, math.ceil(bandwidth / compute_s))
     return Regime(compute_s, latency, bandwidth, "bandwidth-bound", bound,
                   f"strategy=local_sgd strategy.sync_every={rounds} or more: the link moves a step's "

@@ -8,7 +8,7 @@ from typing import Any
 import lightning.pytorch as pl
 import torch.distributed as dist
 from lightning_hybrid.comm.collectives import all_gather_object
-from lightning_hybrid.comm.regime import IN_FLIGHT, Regime, classify, measure_link, round_trips, sent_bytes
+from lightning_hybrid.comm.regime import Regime, classify, measure_link, round_trips, sent_bytes
 from lightning_hybrid.say import say
 from lightning_hybrid.lightning.strategies.meeting import EveryBatch, meeting
 log = ...

@@ -19,6 +19,7 @@ from pytorch_lightning.utilities.rank_zero import rank_zero_info, rank_zero_warn
 
 from lightning_hybrid.comm.delayed_allreduce import DelayedAllReduce, learning_rates, step_at, validate
 from lightning_hybrid.comm.delayed_averaging import DelayedGradientAveraging
+from lightning_hybrid.comm.regime import lanes
 from lightning_hybrid.parameter_server.update_rule import MOMENTUM_CORRECTIONS, UpdateRule
 from lightning_hybrid.strategies import common
 from lightning_hybrid.strategies.clip_record import ClipRecord
@@ -100,8 +101,9 @@ class AllReduceASGDStrategy(RankStates, common.UnwrappedDDPStrategy):
         processes_per_device: processes started on each device the Trainer gives (``devices=1,
             processes_per_device=2``: two processes on one GPU, whose group then uses gloo).
 
-    The exchange uses a process group of its own, and it is the ranks' only meeting between sync
-    points: a stop request (SIGTERM, ...) on any rank rides on its next exchange and every rank stops
+    The exchange uses process groups of its own, enough that all ``delay`` exchanges in flight run at
+    once (:meth:`exchange_lanes`: one gloo group runs two collectives at a time, and through a long link an
+    all-reduce takes round trips), and it is the ranks' only meeting between sync points: a stop request (SIGTERM, ...) on any rank rides on its next exchange and every rank stops
     when that exchange is applied, at the same step (no collective of its own). Works with the
     optimizer and LR schedulers from ``configure_optimizers`` (every hyperparameter a schedule moves is
     recorded with its step), gradient clipping (the exchange starts before Lightning clips; each average is
@@ -259,6 +261,20 @@ class AllReduceASGDStrategy(RankStates, common.UnwrappedDDPStrategy):
             )
 
     # ------------------------------------------------------------------ setup
+    _extra_lanes: list[Any] | None = None  # the exchange's groups after the first (exchange_lanes)
+
+    def exchange_lanes(self) -> list[Any]:
+        """The exchange's process groups: enough that all ``delay`` exchanges in flight run at once
+        (:func:`~lightning_hybrid.comm.regime.lanes`: gloo runs two of a group's collectives at once, NCCL
+        one); the first is :attr:`exchange_group`. Made once, on every rank (a collective call)."""
+        backend = self._get_process_group_backend()
+        count = lanes(self.delay, backend)
+        if self._extra_lanes is None:
+            self._extra_lanes = []
+        while len(self._extra_lanes) < count - 1:
+            self._extra_lanes.append(torch.distributed.new_group(backend=backend))
+        return [self.exchange_group, *self._extra_lanes[: count - 1]]
+
     def setup(self, trainer: pl.Trainer) -> None:
         super().setup(trainer)
         if trainer.state.fn != TrainerFn.FITTING:
@@ -268,14 +284,15 @@ class AllReduceASGDStrategy(RankStates, common.UnwrappedDDPStrategy):
         self._configured_momentum = [group.get("momentum") for group in optimizer.param_groups]
         self._clips = ClipRecord(self.precision_plugin)
         self._even = even_batches(self)
+        lanes = self.exchange_lanes()
         if self.method == "dga":
             self.averaging = DelayedGradientAveraging(common.unwrap_optimizer(optimizer), self.delay, self.bucket_size_mb,
-                                                      group=self.exchange_group, while_waiting=self._even.while_waiting)
+                                                      group=lanes, while_waiting=self._even.while_waiting)
             if self.restored is not None and self.restored["own"] is not None:  # resumed between sync points
                 self.averaging.load_state_dict(self.restored["own"])
                 self.pushed = self.averaging.pending
         else:
-            self.exchange = DelayedAllReduce(params, self.delay, self.bucket_size_mb, group=self.exchange_group,
+            self.exchange = DelayedAllReduce(params, self.delay, self.bucket_size_mb, group=lanes,
                                              compensation=self.compensation, dc_lambda=self.dc_lambda,
                                              while_waiting=self._even.while_waiting)
             self._correct_momentum(optimizer)
@@ -388,6 +405,8 @@ class AllReduceASGDStrategy(RankStates, common.UnwrappedDDPStrategy):
 
     def on_sync_end(self) -> None:
         self.sync_point()
+        if self._even is not None:
+            self._even.finish()  # the last sync point read everywhere before rank 0 (the store's host) may end
 
     def teardown(self) -> None:
         optimizers = self.optimizers or []

@@ -50,6 +50,10 @@ class EvenBatches:
         except UnevenBatchesError as err:
             raise UnevenBatchesError(f"{self.name}: {err}") from None
 
+    def finish(self) -> None:
+        """At the fit's end, after its last sync point (every rank): :meth:`BatchCounts.finish`."""
+        self.counts.finish()
+
     def while_waiting(self) -> None:
         """While an exchange is waited for (about every second)."""
         try:

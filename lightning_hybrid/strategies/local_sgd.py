@@ -153,6 +153,8 @@ class LocalSGDStrategy(RankStates, common.UnwrappedDDPStrategy):
 
     def on_sync_end(self) -> None:
         self.sync_point()
+        if self._even is not None:
+            self._even.finish()  # the last sync point read everywhere before rank 0 (the store's host) may end
 
     # ------------------------------------------------------------------ checkpoints (RankStates)
     def ranks_differ(self) -> bool:

@@ -26,10 +26,10 @@ under a strategy that lets it go on); and after every batch each rank checks its
   next exchange with it, :meth:`BatchMeeting.stop_now`);
 * the agreed signal is the largest requested (SIGTERM over SIGUSR2 over SIGINT), so every rank knows
   which signal stopped the run, wherever it arrived;
-* in validation and test loops, :meth:`BatchMeeting.agree_in_evaluation` agrees per batch
-  (:class:`Deferred`: a MAX all-reduce started at each batch and read at the next, so that through a
-  long link no evaluation batch waits a round trip for it; only where every rank runs the same number of
-  batches, checked once per loop by :meth:`BatchMeeting.evaluation_starts`);
+* in validation and test loops, :meth:`BatchMeeting.agree_in_evaluation` agrees every
+  :data:`EVALUATION_STRIDE` batches (:class:`Deferred`: a MAX all-reduce started there and read at the
+  next, so that through a long link no evaluation batch waits a round trip for it; only where every rank
+  runs the same number of batches, checked once per loop by :meth:`BatchMeeting.evaluation_starts`);
 * observers (:meth:`BatchMeeting.observe`) get the seconds each pass took: ranks that meet there
   wait there for the slowest (the straggler report reads it).
 
@@ -54,6 +54,11 @@ import torch.distributed as dist
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from lightning_hybrid.comm.collectives import Pending, all_gather, all_reduce_, start_all_reduce, unchecked_group
+
+#: An evaluation loop's ranks agree on a stop every this many batches (each agreement read at the next): its
+#: batches are short, and a one-value all-reduce takes a round trip (50 ms through a long link, against
+#: about 5 ms a test batch of LeNet-5), so that one at every batch made every batch wait for the link.
+EVALUATION_STRIDE = 16
 
 _HOOK = "_broadcast_sigterm_tensor"
 _NOTIFIER = "_sigterm_notifier_fn"
@@ -150,6 +155,7 @@ class BatchMeeting:
         self._evaluation_agrees = False
         self._evaluation_agreement: Deferred | None = None  # made at the first loop that agrees
         self._evaluation_world: Any = None  # the default group it was made in
+        self._evaluation_batch = 0  # batches of the current evaluation loop so far
         self._attached = False
 
     @property
@@ -248,17 +254,20 @@ class BatchMeeting:
         count = sum(b if isinstance(b, int) else -1 for b in batches) if isinstance(batches, list) else -1
         counts = all_gather(torch.tensor([count], dtype=torch.int64))
         self._evaluation_agrees = count >= 0 and all(int(c.item()) == count for c in counts)
+        self._evaluation_batch = 0
         if self._evaluation_agrees and self._evaluation_world is not dist.group.WORLD:  # every rank: its group is made
             self._evaluation_agreement, self._evaluation_world = Deferred(lag=1), dist.group.WORLD
 
     def agree_in_evaluation(self) -> None:
         """Before a validation or test batch: stop every rank here if any asked (where
-        :meth:`evaluation_starts` found equal loops: a MAX all-reduce started at each batch and read at
-        the next, :class:`Deferred`, so that no batch waits a network round trip for it; else each rank on
-        its own request, and only in a one-process run)."""
+        :meth:`evaluation_starts` found equal loops: every :data:`EVALUATION_STRIDE` batches a MAX all-reduce
+        is started and the one before read, :class:`Deferred`, so that no batch waits a network round trip
+        for it; else each rank on its own request, and only in a one-process run)."""
         trainer = self.trainer
         if self._evaluation_agrees and self._evaluation_agreement is not None:
-            self.agreed = self.agreed or self._evaluation_agreement(self.requested)
+            if self._evaluation_batch % EVALUATION_STRIDE == 0:
+                self.agreed = self.agreed or self._evaluation_agreement(self.requested)
+            self._evaluation_batch += 1
         elif not _distributed(trainer):
             self.agreed = self.agreed or self.requested
         if self.agreed:

@@ -9,6 +9,7 @@ from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_warn
 from lightning_hybrid.comm.delayed_allreduce import DelayedAllReduce, learning_rates, step_at, validate
 from lightning_hybrid.comm.delayed_averaging import DelayedGradientAveraging
+from lightning_hybrid.comm.regime import lanes
 from lightning_hybrid.parameter_server.update_rule import MOMENTUM_CORRECTIONS, UpdateRule
 from lightning_hybrid.lightning.strategies import common
 from lightning_hybrid.strategies.clip_record import ClipRecord
@@ -60,6 +61,10 @@ class AllReduceASGDStrategy(RankStates, common.UnwrappedDDPStrategy):
         ...
 
     def on_sync_start(self, trainer: pl.Trainer) -> None:
+        ...
+    _extra_lanes: list[Any] | None = ...
+
+    def exchange_lanes(self) -> list[Any]:
         ...
 
     def setup(self, trainer: pl.Trainer) -> None:

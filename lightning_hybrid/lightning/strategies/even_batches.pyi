@@ -25,6 +25,9 @@ class EvenBatches:
     def agree(self) -> None:
         ...
 
+    def finish(self) -> None:
+        ...
+
     def while_waiting(self) -> None:
         ...
 
