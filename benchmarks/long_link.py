@@ -15,7 +15,7 @@ Phases (``--phase``; each skips what the results file already holds):
    through the line, under the simulator at the same round trip (``sim.collective_latency_s``: a round trip
    a message step, as many collectives at once as gloo runs) with both ranks on loopback, and with no
    latency (compute alone): the simulator's step over the line's, and DDP's step against compute plus its
-   collectives' round trips.
+   all-reduce as measured through the line.
 3. ``accuracy``: each contender through the line, tested on MNIST's test set every ``--batches-per-epoch``
    batches a rank, until the target (``--target``) or ``--max-epochs``, ``--seeds``: the time from the fit's
    start to the end of the test that first reached the target (warm-up, every test and the agreement to stop
@@ -25,7 +25,7 @@ Learning rates: each contender at its best of one sweep, read from ``--sweep`` (
 --phase trajectories``'s results file: samples to the target do not depend on the link), e.g.::
 
     python benchmarks/slow_link.py --phase trajectories --data-root ../shared/data/mnist \\
-        --contenders ddp ddp_acc2 ddp_acc4 ddp_acc8 dga_d2 --lrs 0.02 0.05 0.1 --sweep-seeds 0 1 --seeds 0 1 \\
+        --contenders ddp ddp_acc2 ddp_acc4 ddp_acc8 dga_d2 dga_d4 local_h32 --lrs 0.02 0.05 0.1 --sweep-seeds 0 1 --seeds 0 1 \\
         --out benchmarks/results/long_link
     python benchmarks/long_link.py --data-root ../shared/data/mnist   # as root (network namespaces, TUN)
 
@@ -273,7 +273,7 @@ def reached(rows: list[dict], args) -> dict:
 
 
 def render(args, results: dict) -> str:
-    lines = [f"Through a delay line (`lightning_hybrid.sim.link.DelayedLink`), {args.model}, 2 ranks (one a namespace), "
+    lines = [f"Through a delay line (`lightning_hybrid.sim.link.DelayedLink`), {args.model}, 2 ranks (each in a namespace), "
              f"batch {BATCH} a rank, momentum 0.9.", "", "The line, measured before the runs:", "",
              "| set round trip | ping-pong (median, min-max) | bulk (16 MB) | packets > 1 ms late | worst lateness |",
              "|---|---|---|---|---|"]
@@ -288,8 +288,7 @@ def render(args, results: dict) -> str:
                           f"({c['all_reduce_s'] / (rtt / 1000):.2f} round trips; fitted rate "
                           + (f"{c['bytes_per_s'] / 1e6:.2f} MB/s)" if c["bytes_per_s"] else "none)")
                           for rtt, c in sorted(calibrated.items())), "",
-              f"A step (ms; medians of {max([s.get('repeat', 0) for s in results['steps']] or [0]) + 1} runs, the line's "
-              "range): through the line; in the simulator at the same round trip (a round trip a message step, "
+              "A step (ms; the median of each row's runs, with the line's range where there are several): through the line; in the simulator at the same round trip (a round trip a message step, "
               "gloo's 2 collectives at once), then with the line's fitted rate too (`sim.collective_bytes_per_s`); "
               f"compute alone. DDP's prediction: compute + its all-reduce as measured in the loop above.", "",
               "| round trip | contender | line | simulator | / line | fitted simulator | / line | compute | "

@@ -3,7 +3,8 @@
 Two ranks on this machine, inside a network namespace (``lightning_hybrid.sim.link.ShapedLink``): its
 loopback shaped to a rate by the kernel's token bucket (every byte the ranks send each other crosses it, and
 is counted), or unshaped with every collective completing a latency after its data
-(``sim.collective_latency_s``; this kernel has no netem), or with transient stragglers; the sources are
+(``sim.collective_latency_s``: a round trip a message step, 2 collectives at once; a real long link is
+``benchmarks/long_link.py``'s), or with transient stragglers; the sources are
 :data:`SOURCES` (``--sources``). Contenders (``--contenders``, names below): DDP; DDP with gradients in bf16
 (``strategy=ddp_bf16``) or PowerSGD of rank 2 and 4 (``strategy=ddp_powersgd``); the delayed all-reduce
 (``strategy=allreduce_asgd``) by delayed gradient averaging, its default method, at delay 1, 2 and 4
@@ -34,7 +35,7 @@ DDP's), ``--repeats`` runs of each (medians and ranges). Every contender takes t
 ``--pipeline-batch`` a rank (the pipeline the whole of it, in ``--pipeline-micro-batches``: ``auto`` by default).
 
     python benchmarks/slow_link.py --data-root ../shared/data/mnist --model lenet5 --target 0.98 \\
-        --sources unshaped 100mbit lat50ms lat200ms stragglers --lrs 0.01 0.02 0.05 --sweep-seeds 0 1 2 --seeds 0 1 2
+        --sources unshaped 100mbit stragglers --lrs 0.01 0.02 0.05 --sweep-seeds 0 1 2 --seeds 0 1 2
 
 Writes to --out (benchmarks/results/): slow_link_<model>.json (every run) and .md (the tables). Needs root
 for the namespaces (``ip netns``); without it, ``trajectories`` only.
@@ -84,7 +85,7 @@ CONTENDERS = {
                    "strategy.fork_ranks=true"],
 }
 #: Where the time goes between the ranks: a link's rate (None: the namespace unshaped) and the simulator's
-#: overrides. ``lat*``: every collective completes that much after its data (sim.collective_latency_s; not its
+#: overrides. ``lat*``: the simulator's round trip (sim.collective_latency_s: a round trip a message step; not its
 #: caller blocked: an overlapped exchange can hide it); ``stragglers``: every rank 8x slower with probability 0.1 a
 #: step (the straggler grid's transient source, recipes/zhang2017_delay_sync).
 SOURCES = {
@@ -229,7 +230,7 @@ def main(argv: list[str] | None = None) -> None:
                         "accuracy (each a sync point: local SGD's round ends there)")
     parser.add_argument("--final-epochs", type=int, default=0, help="also train --seeds this many epochs without "
                         "early stopping, for the final accuracy")
-    parser.add_argument("--sources", "--links", nargs="+", default=["unshaped", "100mbit", "lat50ms", "lat200ms", "stragglers"],
+    parser.add_argument("--sources", "--links", nargs="+", default=["unshaped", "100mbit", "stragglers"],
                         choices=list(SOURCES), help="where the time between the ranks goes (SOURCES)")
     parser.add_argument("--throughput-batches", type=int, default=100)
     parser.add_argument("--pipeline", action="store_true", help="the pipeline's table (ResAttNet-18, 48^3) instead")
@@ -372,9 +373,8 @@ def accuracy_report(args, results: dict, best_lr) -> str:
         if latency is not None and base_rate and ("ddp", source) in rate_of:
             step = 1000 * BATCH * RANKS / rate_of[("ddp", source)]["samples_per_s"]
             compute = 1000 * BATCH * RANKS / base_rate["samples_per_s"]
-            lines.append(f"- {source}: DDP's step {step:.1f} ms against compute + two latencies (its bucket's "
-                         f"all-reduce, Lightning's SIGTERM broadcast) = {compute:.1f} + 2 x {1000 * latency:.0f} = "
-                         f"{compute + 2000 * latency:.1f} ms (the latency model's check)")
+            lines.append(f"- {source}: DDP's step {step:.1f} ms against compute + its all-reduce's 2 round trips = "
+                         f"{compute:.1f} + 2 x {1000 * latency:.0f} = {compute + 2000 * latency:.1f} ms (the model's check)")
     lines += ["", "A contender that misses the target in a seed gets no time (n/a)."]
     return "\n".join(lines) + "\n"
 

@@ -242,6 +242,12 @@ class Preemption(pl.Callback):
     def on_test_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         meeting(trainer).evaluation_starts(trainer.num_test_batches)
 
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        meeting(trainer).evaluation_ends()
+
+    def on_test_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        meeting(trainer).evaluation_ends()
+
     def on_validation_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
                                   batch_idx: int, dataloader_idx: int = 0) -> None:
         meeting(trainer).agree_in_evaluation()

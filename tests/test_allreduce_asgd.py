@@ -123,9 +123,9 @@ def test_momentum_correction_is_checked():
 
 
 def test_communication_overlaps_computation(tmp_path):
-    """Compute C = 0.1 s and a simulated collective latency L = 0.1 s (each collective completes L after its
-    data, its caller not blocked): Lightning's DDP (its buckets through the latency's hook) and synchronous
-    (delay 0) steps take about C + L, delayed ones about max(C, L)."""
+    """Compute C = 0.1 s and a simulated round trip of 0.1 s (an all-reduce of 2 ranks completes L = 2 of them
+    after its data, its caller not blocked): Lightning's DDP (its buckets through the latency's hook) and
+    synchronous (delay 0) steps take about C + L, delayed ones less."""
     times = {}
     for name, strategy in (("ddp", ["--strategy", "ddp"]), (0, ["--strategy", "asgd", "--delay", "0"]),
                            (1, ["--strategy", "asgd", "--delay", "1"])):

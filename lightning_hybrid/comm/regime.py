@@ -15,8 +15,9 @@ and says what fits:
 * **bandwidth-bound** (``B`` the larger): fewer bytes: ``local_sgd`` with ``sync_every >= B / C`` (its
   rounds move the model once every ``sync_every`` steps).
 
-Measured through the delay line (``benchmarks/long_link.py``; LeNet-5, 2 gloo ranks): see
-docs/strategies/allreduce-asgd.md, "Which regime a run is in".
+The rules and the measurements through a real long link they rest on (``benchmarks/long_link.py``;
+LeNet-5, 2 gloo ranks): docs/strategies/allreduce-asgd.md, "Which regime a run is in" and "Through a real
+long link"; the straggler report's reading of a link is tested on the simulator (``tests/test_straggler.py``).
 """
 
 from __future__ import annotations

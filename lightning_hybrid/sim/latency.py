@@ -16,7 +16,8 @@ How much latency, and how many at once, is what gloo does through a real long li
   is ready for it, so each step of a collective's algorithm costs a round trip ``seconds``, not a one-way
   latency: a broadcast or a one-element all-reduce one (50.7 and 50.9 ms at a 50 ms round trip), a ring
   all-reduce of ``n`` ranks ``2 (n - 1)`` (reduce-scatter, then all-gather: 201.7 ms for 64 values at
-  a 100 ms round trip; 410 ms for 250 KB at 200 ms). :func:`~lightning_hybrid.comm.regime.round_trips`
+  a 100 ms round trip; 410 ms for 250 KB at 200 ms back to back; in a training loop, 10 ms of compute
+  between, 604 ms: TCP's window, which ``bytes_per_s`` stands for). :func:`~lightning_hybrid.comm.regime.round_trips`
   counts them.
 * **Two at a time.** A process group runs at most :data:`~lightning_hybrid.comm.regime.IN_FLIGHT`
   collectives at once (gloo its two worker threads; NCCL one stream); a collective's latency starts when its data is in and a slot is free,

@@ -29,7 +29,8 @@ under a strategy that lets it go on); and after every batch each rank checks its
 * in validation and test loops, :meth:`BatchMeeting.agree_in_evaluation` agrees every
   :data:`EVALUATION_STRIDE` batches (:class:`Deferred`: a MAX all-reduce started there and read at the
   next, so that through a long link no evaluation batch waits a round trip for it; only where every rank
-  runs the same number of batches, checked once per loop by :meth:`BatchMeeting.evaluation_starts`);
+  runs the same number of batches, checked once per loop by :meth:`BatchMeeting.evaluation_starts`), and
+  once more, waited for, at the loop's end (:meth:`BatchMeeting.evaluation_ends`);
 * observers (:meth:`BatchMeeting.observe`) get the seconds each pass took: ranks that meet there
   wait there for the slowest (the straggler report reads it).
 
@@ -272,6 +273,14 @@ class BatchMeeting:
             self.agreed = self.agreed or self.requested
         if self.agreed:
             self._stop()
+
+    def evaluation_ends(self) -> None:
+        """At the end of a validation or test loop (every rank): one agreement waited for, so that a stop asked
+        for during the loop stops every rank at its end (its periodic agreements may not have been read)."""
+        if self._evaluation_agrees and _distributed(self.trainer):
+            self.agreed = self.agreed or EveryBatch()(self.requested)
+            if self.agreed:
+                self._stop()
 
     @property
     def agreed_signal(self) -> str | None:

@@ -103,6 +103,9 @@ class BatchMeeting:
     def agree_in_evaluation(self) -> None:
         ...
 
+    def evaluation_ends(self) -> None:
+        ...
+
     @property
     def agreed_signal(self) -> str | None:
         ...
