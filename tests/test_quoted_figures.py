@@ -169,6 +169,7 @@ HYBRID_LINK = "| link | contender | ms a sample"
 WHOLE_BRAIN = "At 2 mm (80 x 104 x 88):"
 LATENCY = "| contender | latency ms"
 LONG = "| round trip | contender | lr | seconds to target"
+STEP = "| round trip | contender | line | simulator"
 
 
 def grid(rows: str, *columns: str) -> Cells:
@@ -186,6 +187,12 @@ def link(contenders: str, *sources: str) -> Cells:
 def line(round_trip: str, contender: str) -> Cells:
     """The delayed all-reduce page's end-to-end table through the delay line: DDP's time over the contender's."""
     return Cells(ASGD, LONG, (round_trip, contender), ("x DDP",))
+
+
+def over_ddp(table: str, round_trip: str, contender: str, column: str, ddp_over: bool = False) -> Quotient:
+    """A contender's cell over DDP's in the same column of a long-link table (``ddp_over``: DDP's over its)."""
+    mine, ddp = (Cells(ASGD, table, (round_trip, name), (column,), how="cell") for name in (contender, "ddp"))
+    return Quotient(ddp, mine) if ddp_over else Quotient(mine, ddp)
 
 
 def hybrid(scenarios: str, contender: str) -> Cells:
@@ -286,6 +293,16 @@ FIGURES = [
         *in_table("AllReduceASGDStrategy", rf"to 98 % {F} sooner through a real 50 ms round trip"),
         Quote(INDEX, rf"{F} sooner\s+through a 50 ms round trip"), Quote(ASGD, rf"reached 98 % {F} sooner than DDP through")),
     ),
+    Figure("dga delay 4, samples through the long link", over_ddp(LONG, "50 ms", "dga_d4", "samples to target"), (
+        Quote(ASGD, rf"but it needed {F}\s+DDP's samples \(DDP's best"), Quote(INDEX, rf"`delay=4`, {F} DDP's samples"),
+        Quote(ASGD, rf"but it needed {F} DDP's samples, and every test"))),
+    Figure("local SGD, samples through the long link", over_ddp(LONG, "50 ms", "local_h32", "samples to target"), (
+        Quote(ASGD, rf"local SGD, which needed {F} DDP's samples"), Quote(LOCAL, rf"{F} in the long link's"))),
+    Figure("dga delay 4, its step against DDP's at 50 ms", over_ddp(STEP, "50 ms", "dga_d4", "line", ddp_over=True), (
+        Quote(ASGD, rf"Its step was {F} shorter than DDP's"),)),
+    Figure("DDP accumulating 2 batches, 50 ms", line("50 ms", "ddp_acc2"), (Quote(ASGD, rf"\(2 batches: {F};"),)),
+    Figure("DDP accumulating 2 batches, samples", over_ddp(LONG, "50 ms", "ddp_acc2", "samples to target"), (
+        Quote(ASGD, rf"it needs {F} DDP's samples at its best rate"),)),
     Figure("dga delay 4, 200 ms round trip", line("200 ms", "dga_d4"), (
         *in_table("AllReduceASGDStrategy", rf"{F} through 200 ms"), Quote(INDEX, rf"{F} through\s+200 ms"),
         Quote(ASGD, rf"{F}\s+through a 200 ms one"))),
@@ -298,7 +315,7 @@ FIGURES = [
         Quote(ASGD, rf"without any of these \({F}\)"), Quote(ASGD, rf"takes DDP's time \({F}\)"))),
     Figure("dga delay 2, transient stragglers", link("dga_d2", "stragglers"), (
         Quote(INDEX, rf"`allreduce_asgd` \(`delay=2`\) {F} \("), Quote(REPORT, rf"strategy=allreduce_asgd \(delay=2\) {F}"),
-        Quote(ASGD, rf"{F} under\s+transient stragglers"), Quote(ASGD, rf"Transient stragglers: DGA {F}"))),
+        Quote(ASGD, rf"{F} under\s+transient stragglers"), Quote(ASGD, rf"Transient stragglers \(computed\): DGA {F}"))),
     Figure("dga delay 2, samples", Cells(ASGD, LINK_SAMPLES, ("dga_d2",), ("x DDP's samples",)), (
         Quote(ASGD, rf"needed \S+,\s+{F} and \S+ DDP's samples"), Quote(ASGD, rf"needs \S+, {F} and \S+ DDP's samples"))),
     Figure("dga delay 1, samples", Cells(ASGD, LINK_SAMPLES, ("dga_d1",), ("x DDP's samples",)), (
@@ -313,9 +330,11 @@ FIGURES = [
         Quote(LOCAL, rf"shaped links, {F} DDP at 10 Mbit/s"), Quote(LOCAL, rf"computed, {F} through 10 Mbit/s"),
         Quote(ASGD, rf"wins there \({F}\)"))),
     Figure("local SGD, 50 ms round trip", line("50 ms", "local_h32"), (
-        Quote(INDEX, rf"on this small model \({F},"), Quote(LOCAL, rf"98 % {F} and \S+\s+sooner than DDP through 50 and 200 ms round trips"))),
+        Quote(INDEX, rf"on this small model \({F},"), Quote(ASGD, rf"the delay line {F} and"),
+        Quote(LOCAL, rf"through a real long link {F} DDP at a 50 ms round trip"), Quote(LOCAL, rf"98 % {F} and \S+\s+sooner than DDP through 50 and 200 ms round trips"))),
     Figure("local SGD, 200 ms round trip", line("200 ms", "local_h32"), (
         *in_table("LocalSGDStrategy", rf"{F} sooner through a real 200 ms round trip"), Quote(INDEX, rf"on this small model \(\S+ {F}\)"),
+        Quote(ASGD, rf"the delay line \S+ and {F};"), Quote(LOCAL, rf"and {F} at 200 ms \(one seed"),
         Quote(LOCAL, rf"98 % \S+ and {F}\s+sooner than DDP through 50 and 200 ms round trips"))),
     Figure("local SGD, transient stragglers", link("local_h32", "stragglers"), (
         Quote(INDEX, rf"reached 98 % {F} sooner and"), Quote(REPORT, rf"reached 98 % {F} sooner than DDP and"),

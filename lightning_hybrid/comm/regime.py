@@ -29,6 +29,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from lightning_hybrid.comm.collectives import all_reduce_
+
 #: A step the link lengthens by less than this factor is compute-bound.
 WORTH = 1.2
 #: The largest delay advised: the largest measured at DDP's samples (LeNet-5 to 98 %: 1.11x at delay 4).
@@ -128,7 +130,7 @@ def measure_link(numel: int, device: torch.device | str = "cpu", repeats: int = 
         for _ in range(repeats):
             dist.barrier()
             start = time.perf_counter()
-            dist.all_reduce(tensor)
+            all_reduce_(tensor)
             times.append(time.perf_counter() - start)
         return sorted(times)[len(times) // 2]
 
