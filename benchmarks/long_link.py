@@ -48,27 +48,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from slow_link import BATCH, CONTENDERS, RANKS, base, swept_lr  # noqa: E402
+from slow_link import BATCH, COMMON, CONTENDERS, RANKS, base, csv_rows, fresh, reached, swept_lr  # noqa: E402
 
 from lightning_hybrid.comm.regime import round_trips, sent_bytes  # noqa: E402
 from lightning_hybrid.sim.link import DelayedLink, measure, why_not_delayed  # noqa: E402
-
-COMMON = ["logger=csv", "cpu_threads_per_process=1", "watchdog_s=null", "progress=log"]
-
-
-def csv_rows(run_dir: Path) -> list[dict]:
-    rows = []
-    for path in run_dir.glob("csv/*/metrics.csv"):
-        with open(path) as f:
-            rows += list(csv.DictReader(f))
-    return rows
-
-
-def fresh(run_dir: Path) -> Path:
-    if run_dir.exists():  # an earlier invocation's run: its CSV log would be read with this one's
-        shutil.rmtree(run_dir)
-    return run_dir
-
 
 def through_line(overrides: list[str], run_dir: Path, link: DelayedLink, timeout: float) -> dict:
     """One run with a rank at each end of ``link``: rank 0's CSV rows and the command's wall time."""
@@ -258,18 +241,6 @@ def main(argv: list[str] | None = None) -> None:
     report = render(args, results)
     path.with_suffix(".md").write_text(report)
     print(report)
-
-
-def reached(rows: list[dict], args) -> dict:
-    """From a run's CSV rows: each test's (samples, accuracy, seconds since the fit's start), and the first
-    that reached the target (None: none did)."""
-    accuracy = {int(r["epoch"]): float(r["val/acc"]) for r in rows if r.get("val/acc")}
-    elapsed = {int(r["epoch"]): float(r["time/elapsed_s"]) for r in rows if r.get("time/elapsed_s")}
-    curve = [((epoch + 1) * args.batches_per_epoch * BATCH * RANKS, accuracy[epoch], elapsed.get(epoch))
-             for epoch in sorted(accuracy)]
-    first = next((point for point in curve if point[1] >= args.target), None)
-    return {"curve": curve, "samples_to_target": first[0] if first else None,
-            "seconds_to_target": first[2] if first else None}
 
 
 def render(args, results: dict) -> str:
