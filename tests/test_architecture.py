@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "lightning_hybrid"
-ALGORITHMS = {"balance", "comm", "devices", "lazy_exports", "metrics", "models", "namespace", "parameter_server", "partition", "pipeline",
-              "placement", "run_folder", "say", "sim", "transfer"}
+ALGORITHMS = {"balance", "comm", "deprecation", "devices", "fit_stop", "lazy_exports", "metrics", "models", "namespace",
+              "parameter_server", "partition", "pipeline", "placement", "run_folder", "say", "sim", "straggler_analysis",
+              "transfer"}
 GLUE = {"callbacks", "classifier", "cli", "data", "explain", "lightning", "preemption", "straggler", "strategies", "watchdog"}
 LIGHTNING = ("pytorch_lightning", "lightning_fabric", "lightning")
 #: The most lines a hand-written module may have (issue 54).
@@ -108,3 +109,43 @@ def test_architecture_md_lists_every_module():
     modules = {str(p.relative_to(PACKAGE)) for p in MODULES if part_of(p) != "lightning" and str(p.relative_to(PACKAGE)) != "__init__.py"}
     assert not modules - listed, f"add to ARCHITECTURE.md's index: {sorted(modules - listed)}"
     assert not listed - modules, f"gone from the package, still in ARCHITECTURE.md: {sorted(listed - modules)}"
+
+
+#: The most classes of ours a strategy's method resolution order may hold (issue 63).
+MAX_OWN_BASES = 4
+
+
+def strategy_rows() -> list[str]:
+    """ARCHITECTURE.md's table of the strategies, from the code: each strategy's classes of ours (below it),
+    whether it keeps DDP's wrapper, the suite's hooks and answers it overrides (``StrategyHooks``,
+    ``Capabilities``) and Lightning's methods it overrides."""
+    from pytorch_lightning.strategies import DDPStrategy
+
+    import lightning_hybrid.strategies as strategies
+    from lightning_hybrid.strategies.capabilities import Capabilities, StrategyHooks
+    from lightning_hybrid.strategies.checked_ddp import CheckedDDPStrategy
+
+    suite = {n for n in vars(StrategyHooks) if not n.startswith("_")} | {n for n in vars(Capabilities) if not n.startswith("_")}
+    rows = []
+    for name in sorted(n for n in strategies.__all__ if n.endswith("Strategy")):
+        cls = getattr(strategies, name)
+        ours = [k for k in cls.__mro__ if k.__module__.startswith("lightning_hybrid")]
+        defined = set().union(*(vars(k) for k in ours if k not in (CheckedDDPStrategy, Capabilities)))
+        hooks = sorted(n for n in defined if n in suite)
+        lightning = sorted(n for n in defined if hasattr(DDPStrategy, n) and n not in suite and not n.startswith("__")
+                           and n != "_abc_impl")
+        rows.append(f"| `{name}` | {len(ours)}: {' → '.join(k.__name__ for k in ours[1:])} | "
+                    f"{'yes' if cls.wraps_model else 'no'} | {', '.join(hooks)} | {', '.join(lightning)} |")
+    return rows
+
+
+def test_no_strategy_stands_on_more_than_four_classes_of_ours_and_the_table_says_what_each_overrides():
+    """One base (``CheckedDDPStrategy``, with ``Capabilities``), at most one layer of ours between it and a
+    strategy (the parameter server's, the rank states', the stage state's): composition where order would matter.
+    ARCHITECTURE.md's table is what :func:`strategy_rows` reads from the code."""
+    rows = strategy_rows()
+    deep = [row for row in rows if int(row.split("|")[2].split(":")[0]) > MAX_OWN_BASES]
+    assert not deep, f"strategies on more than {MAX_OWN_BASES} classes of ours: {deep}"
+    text = (PACKAGE.parent / "ARCHITECTURE.md").read_text()
+    table = [line for line in text.splitlines() if re.match(r"^\| `\w+Strategy` \|", line)]
+    assert table == rows, "ARCHITECTURE.md's table of the strategies differs from the code; its rows are:\n" + "\n".join(rows)

@@ -311,6 +311,6 @@ def test_stage_module_slowdown_stretches_forward_and_backward():
 def test_given_speeds_are_relative_to_the_probed_flops():
     strategy = HybridParallelStrategy(devices=[1.0, {"speed": 2.0, "bandwidth": "10MB/s"}])
     strategy.parallel_devices = [torch.device("cpu")] * 2
-    first, second = strategy._given_devices_in_flops()
+    first, second = strategy._devices()  # given: relative speeds made FLOP/s, no collective
     assert first.speed > 1e7  # FLOP/s of this machine, not "1"
     assert second.speed == pytest.approx(2 * first.speed, rel=0.5) and second.bandwidth == 1e7

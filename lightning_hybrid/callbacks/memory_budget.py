@@ -11,12 +11,8 @@ import torch
 from lightning_hybrid.data.shapes import batch_size_of, sample_shape
 from lightning_hybrid.devices import parse_size
 from lightning_hybrid.pipeline.module_contract import pipeline_blocks
-from lightning_hybrid.placement.memory import MiB, TrainingMemory, optimizer_slots, training_memory
+from lightning_hybrid.placement.memory import MemoryBudgetExceeded, MiB, TrainingMemory, optimizer_slots, training_memory
 from lightning_hybrid.strategies.capabilities import capabilities_of
-
-
-class MemoryBudgetExceeded(ValueError):
-    """A rank would need more memory to train than its budget allows."""
 
 
 class MemoryBudget(pl.Callback):

@@ -34,7 +34,7 @@ against a one-process reference of the same rules).
 
 Plain torch.distributed: usable without Lightning::
 
-    local = LocalSGD(model.parameters(), sync_every=32, delay=1)
+    local = LocalSGD(model.parameters(), sync_every=32)   # delay=0: each round's average applied at once
     for batch in batches:
         loss(batch).backward(); inner.step(); inner.zero_grad()
         local.after_inner_step()

@@ -3,35 +3,12 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sized
 
 import pytorch_lightning as pl
 import torch
-from torch.utils.data import DataLoader, Dataset, RandomSampler
+from torch.utils.data import DataLoader, Dataset
 
-
-class EpochSeededRandomSampler(RandomSampler):
-    """A shuffling sampler whose order depends only on ``(seed, epoch)``.
-
-    Lightning calls ``set_epoch`` at the start of every training epoch, so a run resumed from a
-    checkpoint sees the same batches as one that never stopped. It is a ``RandomSampler``, so under
-    a distributed strategy Lightning swaps in its ``DistributedSampler`` (seeded with the global
-    seed). The permutation is the one ``DistributedSampler(seed=seed)`` draws for the same epoch, so
-    one process with batch size ``k * b`` sees exactly the global batches of ``k`` DDP ranks with
-    batch size ``b``: the reference the strategies' equivalence tests compare against.
-    """
-
-    def __init__(self, data_source: Sized, seed: int = 0) -> None:
-        super().__init__(data_source)
-        self.seed = seed
-        self.epoch = 0
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def __iter__(self) -> Iterator[int]:
-        generator = torch.Generator().manual_seed(self.seed + self.epoch)
-        yield from torch.randperm(len(self.data_source), generator=generator).tolist()
+from lightning_hybrid.data.samplers import EpochSeededRandomSampler
 
 
 class InMemoryDataModule(pl.LightningDataModule, ABC):

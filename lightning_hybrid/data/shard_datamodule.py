@@ -13,70 +13,17 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 import pytorch_lightning as pl
-import torch
-from torch.utils.data import DataLoader, Dataset, DistributedSampler
+from torch.utils.data import DataLoader
 
+from lightning_hybrid.data.resident_shards import ResidentShards, batch_as_is
+from lightning_hybrid.data.samplers import LocalShuffleSampler
 from lightning_hybrid.data.shards import ShardError, ShardStore, assign_shards, logical_workers
 from lightning_hybrid.devices import parse_size
 
 log = logging.getLogger(__name__)
-
-
-class ResidentShards(Dataset):
-    """Samples held in memory in their stored dtype; ``__getitems__`` converts a whole batch at once.
-
-    Integer images are scaled to [0, 1], then ``(x - mean) / std`` when those are given.
-    """
-
-    def __init__(self, x: np.ndarray, y: np.ndarray, mean: float | None = None, std: float | None = None) -> None:
-        self.x = torch.from_numpy(np.ascontiguousarray(x))
-        self.y = torch.from_numpy(np.ascontiguousarray(y)).long()
-        self.mean, self.std = mean, std
-
-    def __len__(self) -> int:
-        return len(self.y)
-
-    @property
-    def nbytes(self) -> int:
-        return self.x.numel() * self.x.element_size() + self.y.numel() * self.y.element_size()
-
-    def _convert(self, x: torch.Tensor) -> torch.Tensor:
-        if not torch.is_floating_point(x):
-            x = x.float().div_(float(torch.iinfo(self.x.dtype).max))
-        elif x.dtype != torch.float32:
-            x = x.float()
-        if self.mean is not None:
-            x = (x - self.mean) / (self.std if self.std else 1.0)
-        return x
-
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return self._convert(self.x[index]), self.y[index]
-
-    def __getitems__(self, indices: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        index = torch.as_tensor(indices, dtype=torch.long)
-        return self._convert(self.x[index]), self.y[index]
-
-
-def batch_as_is(batch: Any) -> Any:
-    """Collate function for :class:`ResidentShards`: its ``__getitems__`` already returns a batch."""
-    return batch
-
-
-class LocalShuffleSampler(DistributedSampler):
-    """Shuffles a worker's own resident samples (seeded by seed, rank and epoch); nothing is split.
-
-    It is a ``DistributedSampler`` (of one replica) so that Lightning does not split the worker's
-    shard a second time; Lightning calls ``set_epoch`` every epoch, so a resumed run sees the same
-    order as one that never stopped.
-    """
-
-    def __init__(self, dataset: Dataset, seed: int = 0, rank: int = 0) -> None:
-        super().__init__(dataset, num_replicas=1, rank=0, shuffle=True, seed=seed + 1000003 * rank)
 
 
 class ShardDataModule(pl.LightningDataModule):

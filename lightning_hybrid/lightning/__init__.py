@@ -1,8 +1,55 @@
 # Generated from lightning_hybrid/__init__.py by `python tools/generate_lightning_namespace.py`: edit that file, not this one.
-"""``lightning_hybrid`` against ``lightning``: ``lightning_hybrid/__init__.py`` with Lightning's names replaced, run
-here when imported (:func:`lightning_hybrid.namespace.run_translated`); its interface for type checkers and
-IDEs is the ``.pyi`` file beside this one."""
+"""lightning-hybrid: PyTorch Lightning strategies for distributed training on heterogeneous hardware.
 
-from lightning_hybrid.namespace import run_translated
+Pass one of the strategies to a ``lightning.pytorch.Trainer`` (or its alias: ``strategy="ssp"``);
+:class:`ClassifierModule` wraps any classification network for them. ``__version__`` is the
+installed release. With ``import lightning as L``, the same names are in :mod:`lightning_hybrid.lightning`
+(generated: :mod:`lightning_hybrid.namespace`).
 
-run_translated(globals(), "__init__.py")
+Examples:
+    >>> import importlib.metadata
+    >>> import lightning_hybrid
+    >>> lightning_hybrid.__version__ == importlib.metadata.version("lightning-hybrid")
+    True
+    >>> [name for name in lightning_hybrid.__all__ if name.endswith("Strategy")][:2]
+    ['AllReduceASGDStrategy', 'BalancedDataParallelStrategy']
+"""
+
+from lightning_hybrid.lightning import namespace as _namespace
+
+if _namespace.BASE == "lightning.pytorch" or __name__ != _namespace.PACKAGE:
+    from lightning_hybrid.lightning.classifier import ClassifierModule
+    from lightning_hybrid.lightning.strategies import (
+        AllReduceASGDStrategy,
+        BalancedDataParallelStrategy,
+        CNeuralStrategy,
+        FullyShardedStrategy,
+        HybridParallelStrategy,
+        LocalSGDStrategy,
+        PartitionedInferenceStrategy,
+        SSPStrategy,
+    )
+    from lightning_hybrid.lightning.strategies import registry as _registry  # the aliases: Trainer(strategy="ssp")
+else:  # only `lightning` is installed: this package's names are its lightning flavour's (generated), bound
+    # without an import statement, so that static readers (type checkers, the API page) see one binding of each
+    import importlib
+
+    _flavour = importlib.import_module(f"{_namespace.PACKAGE}.lightning")
+    globals().update({name: getattr(_flavour, name) for name in (
+        "AllReduceASGDStrategy", "BalancedDataParallelStrategy", "ClassifierModule", "CNeuralStrategy",
+        "FullyShardedStrategy", "HybridParallelStrategy", "LocalSGDStrategy", "PartitionedInferenceStrategy", "SSPStrategy")})
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AllReduceASGDStrategy",
+    "BalancedDataParallelStrategy",
+    "CNeuralStrategy",
+    "ClassifierModule",
+    "FullyShardedStrategy",
+    "HybridParallelStrategy",
+    "LocalSGDStrategy",
+    "PartitionedInferenceStrategy",
+    "SSPStrategy",
+    "__version__",
+]

@@ -129,3 +129,7 @@ def optimizer_slots(optimizer: torch.optim.Optimizer) -> int:
         return 1 + int(any(group.get("momentum", 0) or group.get("centered", False)
                            for group in optimizer.param_groups if isinstance(optimizer, torch.optim.RMSprop)))
     return 2
+
+
+class MemoryBudgetExceeded(ValueError):
+    """A rank would need more memory to train than its budget allows."""

@@ -21,7 +21,10 @@ from lightning_hybrid.comm.delayed_allreduce import DelayedAllReduce, learning_r
 from lightning_hybrid.comm.delayed_averaging import DelayedGradientAveraging
 from lightning_hybrid.comm.regime import lanes
 from lightning_hybrid.parameter_server.update_rule import MOMENTUM_CORRECTIONS, UpdateRule
-from lightning_hybrid.strategies import common
+from lightning_hybrid.strategies.checked_ddp import CheckedDDPStrategy
+from lightning_hybrid.strategies.meeting import stop_if_agreed
+from lightning_hybrid.strategies.refusals import refuse_grad_scaler, refuse_manual_optimization
+from lightning_hybrid.strategies.replaced_step import ReplacedStep, unwrap_optimizer
 from lightning_hybrid.strategies.clip_record import ClipRecord
 from lightning_hybrid.strategies.even_batches import EvenBatches, even_batches
 from lightning_hybrid.strategies.meeting import Agreement, Carried, EveryBatch
@@ -57,7 +60,7 @@ def check_settings(method: str, delay: int, compensation: str | None, dc_lambda:
     return "subtract" if momentum_correction == "auto" else momentum_correction
 
 
-class AllReduceASGDStrategy(RankStates, common.UnwrappedDDPStrategy):
+class AllReduceASGDStrategy(RankStates, CheckedDDPStrategy):
     """Data parallelism whose gradient all-reduce runs in the background and is applied ``delay`` steps later.
 
     Each optimizer step starts the bucketed all-reduce of this rank's contribution with asynchronous
@@ -134,6 +137,8 @@ class AllReduceASGDStrategy(RankStates, common.UnwrappedDDPStrategy):
         >>> # trainer.fit(model, datamodule=data)        or strategy="allreduce_asgd" / "allreduce_asgd_dc"
     """
 
+    wraps_model = False  # no DDP wrapper (CheckedDDPStrategy.wraps_model)
+
     strategy_name = "allreduce_asgd"
     aliases = {
         "allreduce_asgd": ("All-reduce data parallelism, each rank's gradient at once and the average a step late "
@@ -178,8 +183,8 @@ class AllReduceASGDStrategy(RankStates, common.UnwrappedDDPStrategy):
     # ------------------------------------------------------------------ checks
     def check_trainer(self, trainer: pl.Trainer, model: pl.LightningModule | None) -> None:
         """Refuse what the strategy cannot run (called before the other processes start)."""
-        common.refuse_manual_optimization("AllReduceASGDStrategy", model, "it replaces the optimizer step")
-        common.refuse_grad_scaler("AllReduceASGDStrategy", self.precision_plugin)
+        refuse_manual_optimization("AllReduceASGDStrategy", model, "it replaces the optimizer step")
+        refuse_grad_scaler("AllReduceASGDStrategy", self.precision_plugin)
 
     # ------------------------------------------------------------------ checkpoints between sync points
     def ranks_differ(self) -> bool:
@@ -205,7 +210,7 @@ class AllReduceASGDStrategy(RankStates, common.UnwrappedDDPStrategy):
 
     def _settled(self, checkpoint: dict[str, Any]) -> dict[str, Any]:
         """``checkpoint`` with the weights and optimizer state this rank holds once its pending averages are applied."""
-        optimizer = common.unwrap_optimizer(self.optimizers[0])
+        optimizer = unwrap_optimizer(self.optimizers[0])
         if self.averaging is not None:
             weights, states = self.averaging.settled()
             optimizer_state = optimizer.state_dict()
@@ -286,7 +291,7 @@ class AllReduceASGDStrategy(RankStates, common.UnwrappedDDPStrategy):
         self._even = even_batches(self)
         lanes = self.exchange_lanes()
         if self.method == "dga":
-            self.averaging = DelayedGradientAveraging(common.unwrap_optimizer(optimizer), self.delay, self.bucket_size_mb,
+            self.averaging = DelayedGradientAveraging(unwrap_optimizer(optimizer), self.delay, self.bucket_size_mb,
                                                       group=lanes, while_waiting=self._even.while_waiting)
             if self.restored is not None and self.restored["own"] is not None:  # resumed between sync points
                 self.averaging.load_state_dict(self.restored["own"])
@@ -329,7 +334,7 @@ class AllReduceASGDStrategy(RankStates, common.UnwrappedDDPStrategy):
             return super().optimizer_step(optimizer, closure, model, **kwargs)
         model = model or self.lightning_module
         start = time.perf_counter()
-        unwrapped = common.unwrap_optimizer(optimizer)
+        unwrapped = unwrap_optimizer(optimizer)
 
         def exchanging_closure() -> Any:
             """Forward and backward, then this step's exchange started before Lightning clips the gradients (DDP
@@ -340,7 +345,7 @@ class AllReduceASGDStrategy(RankStates, common.UnwrappedDDPStrategy):
             self._start_exchange(unwrapped)
             return result
 
-        step = common.ReplacedStep(unwrapped, self._step)
+        step = ReplacedStep(unwrapped, self._step)
         return self.precision_plugin.optimizer_step(step, model=model, closure=exchanging_closure, **kwargs)
 
     @property
@@ -393,7 +398,7 @@ class AllReduceASGDStrategy(RankStates, common.UnwrappedDDPStrategy):
         if self._even is not None and (self.averaging is not None or self.exchange is not None):
             self._exchange.pending_items()  # waited for (their partners were started): a stop they carry is heard
             self._carried.heard(self._exchange.stop)
-            common.stop_if_agreed(self, self._carried)
+            stop_if_agreed(self, self._carried)
             self._even.agree()
         if self.averaging is not None:
             self.averaging.sync()
@@ -411,7 +416,7 @@ class AllReduceASGDStrategy(RankStates, common.UnwrappedDDPStrategy):
     def teardown(self) -> None:
         optimizers = self.optimizers or []
         if optimizers and self._configured_momentum:  # the user's optimizer as it was configured
-            for group, configured in zip(common.unwrap_optimizer(optimizers[0]).param_groups, self._configured_momentum):
+            for group, configured in zip(unwrap_optimizer(optimizers[0]).param_groups, self._configured_momentum):
                 if configured is not None:
                     group["momentum"] = configured
         self.exchange = self.averaging = None

@@ -36,7 +36,8 @@ from lightning_hybrid.balance import (
     worth_changing,
 )
 from lightning_hybrid.comm.collectives import all_gather
-from lightning_hybrid.strategies import common
+from lightning_hybrid.strategies.checked_ddp import CheckedDDPStrategy
+from lightning_hybrid.strategies.refusals import refuse_manual_optimization, refuse_unindexed_training_data
 from lightning_hybrid.strategies.meeting import Agreement, Deferred, EveryBatch
 
 __all__ = ["BalanceEpochs", "BalancedDataParallelStrategy"]
@@ -68,7 +69,7 @@ class BalanceEpochs(Callback):
         self.strategy.interrupt_cycle()  # mid-epoch validation (val_check_interval)
 
 
-class BalancedDataParallelStrategy(common.CheckedDDPStrategy):
+class BalancedDataParallelStrategy(CheckedDDPStrategy):
     """Synchronous data parallelism in which each rank trains on a share of a fixed global batch
     proportional to its speed, so that fast devices do not wait for slow ones.
 
@@ -105,7 +106,8 @@ class BalancedDataParallelStrategy(common.CheckedDDPStrategy):
     effect at the first step that no rank's DataLoader has drawn yet
     (:func:`~lightning_hybrid.balance.agreed_start`), also mid-epoch.
 
-    Logged each step (this rank): ``balanced/share``, ``balanced/busy_s``, ``balanced/wait_s``;
+    Logged on the steps the loggers write (``log_every_n_steps``; this rank): ``balanced/share``,
+    ``balanced/busy_s``, ``balanced/wait_s``;
     each epoch, for every rank ``r``: ``balanced/rank{r}/share`` (at the epoch's last step),
     ``speed`` (samples per second of its own time in the epoch), ``busy_s`` and ``wait_s`` (totals).
     :attr:`share_changes` and :attr:`history` keep the same for the fit.
@@ -114,7 +116,9 @@ class BalancedDataParallelStrategy(common.CheckedDDPStrategy):
     by its own share, so shares may differ between the batches of one step), LR schedulers,
     bf16/fp16 precision, validation and test (plain DDP: each rank a DistributedSampler share) and
     checkpoints, which keep the shares, pending changes and speed estimates; resuming from an epoch-end
-    checkpoint continues with them. ``inject_compute_slowdown`` (used by
+    checkpoint continues with them, and from a mid-epoch one under the
+    :class:`~lightning_hybrid.preemption.Preemption` callback continues the epoch, the batches it had trained
+    drawn and skipped (:meth:`on_batches_skipped`). ``inject_compute_slowdown`` (used by
     :class:`~lightning_hybrid.callbacks.HeterogeneitySimulator` with ``where="compute"``) slows this
     rank's forward and backward right before its last bucket's all-reduce. The module's loss must
     be a mean over its batch, as for DDP's averaged gradient.
@@ -186,7 +190,7 @@ class BalancedDataParallelStrategy(common.CheckedDDPStrategy):
     # ------------------------------------------------------------------ checks
     def check_trainer(self, trainer: pl.Trainer, model: pl.LightningModule | None) -> None:
         """Refuse what the strategy cannot run (called before the other processes start)."""
-        common.refuse_manual_optimization("BalancedDataParallelStrategy", model, "it weights each batch's loss by its share")
+        refuse_manual_optimization("BalancedDataParallelStrategy", model, "it weights each batch's loss by its share")
         ranks = self.num_nodes * self.num_processes
         if self.speeds is not None:
             check_speeds(self.speeds, ranks)
@@ -226,7 +230,7 @@ class BalancedDataParallelStrategy(common.CheckedDDPStrategy):
         self.model.register_comm_hook(self.clock, timed_sum_hook)
 
     def check_training_data(self, loader: object) -> None:
-        common.refuse_unindexed_training_data("BalancedDataParallelStrategy", loader,
+        refuse_unindexed_training_data("BalancedDataParallelStrategy", loader,
                                               "deals each rank its share of every global batch by sample index")
         if self.global_batch is None and loader.batch_size is None:  # type: ignore[attr-defined]
             raise ValueError(

@@ -4,7 +4,7 @@ Callbacks, the launcher, the preemption handler and the command ask a strategy t
 strategies do not answer: can it slow its own compute (a simulated straggler), does it log its ranks' peak
 memory itself, can a checkpoint written between two batches resume it? :class:`Capabilities` names each,
 with the answer of a strategy that says nothing; the suite's strategies derive from it
-(:class:`~lightning_hybrid.strategies.common.CheckedDDPStrategy`) and override what they do otherwise.
+(:class:`~lightning_hybrid.strategies.checked_ddp.CheckedDDPStrategy`) and override what they do otherwise.
 Callers read :func:`capabilities_of` ``(trainer.strategy)``, which answers with the defaults for any other
 strategy (Lightning's ``ddp``, ``single``): no probing with ``hasattr``.
 
@@ -17,7 +17,53 @@ Example::
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
+
+
+class StrategyHooks(Protocol):
+    """What the suite's base strategy (:class:`~lightning_hybrid.strategies.checked_ddp.CheckedDDPStrategy`)
+    calls on a strategy, in the order a fit meets them; each has a default there (a no-op, or Lightning's DDP),
+    and a strategy overrides what it does otherwise (ARCHITECTURE.md's table of the strategies says which).
+    Lightning's own ``Strategy`` methods a strategy overrides (``setup``, ``optimizer_step``, checkpoints) are
+    Lightning's interface, not listed here."""
+
+    def check_devices(self) -> None:
+        """Before any process starts: refuse a backend that cannot serve the processes' devices."""
+
+    def check_trainer(self, trainer: Any, model: Any) -> None:
+        """Before any process starts (fitting), and again at set-up: raise a ValueError for a run it cannot do."""
+
+    def check_training_data(self, loader: object) -> None:
+        """Before any process starts, when ``fit`` is given the loader: raise for data it cannot deal."""
+
+    def on_ranks_forked(self) -> None:
+        """In the main process right after ``fork_ranks`` forked the other ranks (fork what a rank starts later)."""
+
+    def stop_agreement(self, trainer: Any) -> Any:
+        """At set-up: how the ranks agree before each training batch whether to stop
+        (:mod:`lightning_hybrid.strategies.agreements`)."""
+
+    def keeps_own_model(self) -> bool:
+        """At set-up, without the DDP wrapper: whether this rank resumes its own weights (else rank 0's are
+        broadcast)."""
+
+    def on_sync_start(self, trainer: Any) -> None:
+        """Sync points (a strategy without the DDP wrapper): training starts."""
+
+    def on_epoch_start(self, trainer: Any) -> None:
+        """A training epoch starts (every rank)."""
+
+    def sync_point(self) -> None:
+        """Before validation and at each training epoch's end: the ranks' models become one."""
+
+    def sync_before_validation(self) -> None:
+        """Before a validation during fitting (default: :meth:`sync_point`)."""
+
+    def after_epoch_sync(self, pl_module: Any) -> None:
+        """After the epoch's sync."""
+
+    def on_sync_end(self) -> None:
+        """Fitting ends."""
 
 
 class Capabilities:

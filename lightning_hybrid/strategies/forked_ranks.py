@@ -12,7 +12,7 @@ main process, with ``LOCAL_RANK`` unset), and CUDA must not be initialized befor
 A process a rank starts later (the parameter server) can be forked at the same moment, before any
 thread or process group exists, as a :class:`Standby` that waits for its settings.
 
-Plain Python (no Lightning): :class:`~lightning_hybrid.strategies.common.CheckingLauncher` and the
+Plain Python (no Lightning): :class:`~lightning_hybrid.strategies.launcher.CheckingLauncher` and the
 parameter-server strategies use it.
 """
 

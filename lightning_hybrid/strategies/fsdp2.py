@@ -17,12 +17,14 @@ from pytorch_lightning.trainer.states import TrainerFn
 
 from lightning_hybrid.comm import fsdp
 from lightning_hybrid.pipeline.module_contract import found_sequential
-from lightning_hybrid.strategies import common
+from lightning_hybrid.strategies.checked_ddp import CheckedDDPStrategy
+from lightning_hybrid.strategies.refusals import refuse_grad_scaler
+from lightning_hybrid.strategies.replaced_step import unwrap_optimizer
 from lightning_hybrid.strategies.even_batches import refuse_uneven_loaders
 from lightning_hybrid.strategies.meeting import meeting
 
 
-class FullyShardedStrategy(common.UnwrappedDDPStrategy):
+class FullyShardedStrategy(CheckedDDPStrategy):
     """Data parallelism whose ranks each hold a shard of the parameters, gradients and optimizer state.
 
     Every block of the module's block sequence (its ``pipeline_blocks()``, or the ``nn.Sequential`` holding all of
@@ -53,6 +55,8 @@ class FullyShardedStrategy(common.UnwrappedDDPStrategy):
         >>> # trainer.fit(model, datamodule=data)        or strategy="fsdp2" / "fsdp2_shard_grad_op"
     """
 
+    wraps_model = False  # no DDP wrapper (CheckedDDPStrategy.wraps_model)
+
     strategy_name = "fsdp2"
     aliases = {
         "fsdp2": ("Fully sharded data parallelism (torch's fully_shard): parameters, gradients and optimizer state "
@@ -73,7 +77,7 @@ class FullyShardedStrategy(common.UnwrappedDDPStrategy):
         return {"shards": self.num_processes * self.num_nodes, "reshard_after_forward": self.reshard_after_forward}
 
     def check_trainer(self, trainer: pl.Trainer, model: pl.LightningModule | None) -> None:
-        common.refuse_grad_scaler("FullyShardedStrategy", self.precision_plugin)
+        refuse_grad_scaler("FullyShardedStrategy", self.precision_plugin)
 
     def _setup_model(self, model: torch.nn.Module) -> torch.nn.Module:
         model = super()._setup_model(model)  # rank 0's weights on every rank, before they are sharded
@@ -102,7 +106,7 @@ class FullyShardedStrategy(common.UnwrappedDDPStrategy):
         return fsdp.full_state_dict(self.lightning_module)
 
     def optimizer_state(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-        return fsdp.full_optimizer_state(self.lightning_module, common.unwrap_optimizer(optimizer))
+        return fsdp.full_optimizer_state(self.lightning_module, unwrap_optimizer(optimizer))
 
     def load_model_state_dict(self, checkpoint: Mapping[str, Any], strict: bool = True) -> None:
         """A checkpoint's whole model, into the module as it is: plain before the fit shards it, into the shards after
@@ -115,7 +119,7 @@ class FullyShardedStrategy(common.UnwrappedDDPStrategy):
 
     def load_optimizer_state_dict(self, checkpoint: Mapping[str, Any]) -> None:
         for optimizer, state in zip(self.optimizers, checkpoint["optimizer_states"]):
-            fsdp.load_full_optimizer_state(self.lightning_module, common.unwrap_optimizer(optimizer), state)
+            fsdp.load_full_optimizer_state(self.lightning_module, unwrap_optimizer(optimizer), state)
 
 
 def _sharded(module: torch.nn.Module) -> bool:

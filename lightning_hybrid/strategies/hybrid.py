@@ -1,8 +1,9 @@
 """HybridParallelStrategy: pipeline model parallelism whose stages a placement method puts on
 heterogeneous devices, times data parallelism over pipeline replicas (paper 003).
 
-Lightning glue: the placement is :mod:`lightning_hybrid.placement`, the rank layout, stages and schedules
-(typed actions, as torch's pipelining writes them) :mod:`lightning_hybrid.pipeline`."""
+Lightning glue: the placement is :mod:`lightning_hybrid.placement`; the rank layout, stages, schedules and their
+executor are the suite's own, :mod:`lightning_hybrid.pipeline` (the schedules are lists of typed actions written in
+``torch.distributed.pipelining``'s notation, ``F0 F1 B0 ...``, but neither they nor the executor use that package)."""
 
 from __future__ import annotations
 
@@ -17,9 +18,9 @@ from pytorch_lightning.overrides.distributed import _sync_module_states
 from pytorch_lightning.trainer.states import TrainerFn
 from pytorch_lightning.utilities.rank_zero import rank_zero_warn
 
-from lightning_hybrid.comm.collectives import all_gather_object, broadcast_module_, broadcast_object
+from lightning_hybrid.comm.collectives import all_gather_object, broadcast_module_
 from lightning_hybrid.comm.delayed_allreduce import DelayedAllReduce
-from lightning_hybrid.devices import Device, PeakMemory, devices_in_flops, free_memory, probe_speed, held_bytes
+from lightning_hybrid.devices import Device, PeakMemory, held_bytes
 from lightning_hybrid.pipeline import Mesh, PipelineParallel, StageModule, pipeline_blocks, pipeline_inputs, pipeline_loss
 from lightning_hybrid.pipeline.materialize import is_freed
 from lightning_hybrid.pipeline.stage_adoption import meta_outside_blocks
@@ -27,16 +28,19 @@ from lightning_hybrid.pipeline.stage_executor import describe_stage_times, stage
 from lightning_hybrid.placement import Placement
 from lightning_hybrid.placement.figure import placement_summary
 from lightning_hybrid.placement.pipeline_options import check_pipeline_options, check_stage_sizes
-from lightning_hybrid.placement.pipeline_stages import plan_pipeline, within_budgets
-from lightning_hybrid.strategies import common
+from lightning_hybrid.placement.agreed import agreed_placement, planning_devices
+from lightning_hybrid.placement.pipeline_stages import plan_pipeline
+from lightning_hybrid.strategies.checked_ddp import CheckedDDPStrategy
+from lightning_hybrid.strategies.refusals import refuse_grad_scaler, refuse_manual_optimization, refuse_mid_epoch_checkpoints, single_optimizer
+from lightning_hybrid.strategies.replaced_step import ReplacedStep, unwrap_optimizer
 from lightning_hybrid.strategies.even_batches import refuse_uneven_loaders
 from lightning_hybrid.strategies.placement_logging import log_placement
-from lightning_hybrid.strategies.routed_evaluation import RoutedEvaluation
+from lightning_hybrid.strategies.routed_evaluation import routed_steps
 from lightning_hybrid.strategies.stage_state import StageOnlyState
 
 log = logging.getLogger(__name__)
 
-class HybridParallelStrategy(StageOnlyState, RoutedEvaluation, common.UnwrappedDDPStrategy):
+class HybridParallelStrategy(StageOnlyState, CheckedDDPStrategy):
     """Pipeline parallelism x data parallelism, with the stages placed on devices by GABRA (or another method).
 
     The LightningModule's block sequence (``pipeline_blocks()``, see
@@ -70,8 +74,13 @@ class HybridParallelStrategy(StageOnlyState, RoutedEvaluation, common.UnwrappedD
             placement leaves free where it can, :func:`~lightning_hybrid.placement.headroom.keep_headroom`; 0: the
             fastest that fits), GABRA's ``population``, ``t_max``, ...
         seed: GABRA's seed.
-        gradient_sync: ``"sync"`` (average after each step) or ``"delayed"`` (the average alone, applied ``delay``
-            steps later: Pipe-SGD, ``AllReduceASGDStrategy(method="pipe_sgd")``'s rule), across replicas.
+        gradient_sync: across replicas, ``"sync"`` (the replicas' gradients averaged at each step, before
+            Lightning clips them: DDP's step) or ``"delayed"`` (Pipe-SGD-like: each replica clips its own gradient,
+            by the whole model's norm, the clipped gradients are averaged in the background, and the average alone
+            is stepped with ``delay`` steps later, at the learning rate and momentum in force then, no momentum
+            correction; not ``AllReduceASGDStrategy(method="pipe_sgd")``, which clips the average, applies it at
+            the learning rate of the step that computed it and lowers SGD's momentum by default; nor its default
+            method, delayed gradient averaging).
         delay: steps of delay for ``"delayed"``.
         input_shape: shape of one sample (e.g. ``[1, 28, 28]``): the plan is made at setup, before
             any stage is materialised or moved to its device, for ``datamodule.batch_size / data_parallel``
@@ -93,6 +102,10 @@ class HybridParallelStrategy(StageOnlyState, RoutedEvaluation, common.UnwrappedD
         4
         >>> # trainer.fit(ClassifierModule(LeNet5()), datamodule=data)     or strategy="hybrid"
     """
+
+    wraps_model = False  # no DDP wrapper (CheckedDDPStrategy.wraps_model)
+    #: evaluation runs the module's blocks through :meth:`routed_forward` (composition: routed_evaluation)
+    validation_step, test_step, predict_step = routed_steps(CheckedDDPStrategy)
 
     strategy_name = "hybrid"
     process_role = "pipeline process"
@@ -162,10 +175,10 @@ class HybridParallelStrategy(StageOnlyState, RoutedEvaluation, common.UnwrappedD
     def check_trainer(self, trainer: pl.Trainer, model: pl.LightningModule | None) -> None:
         """Refuse what the strategy cannot run."""
         Mesh.check(self.pipeline_stages, self.data_parallel, self.num_processes * self.num_nodes)
-        common.refuse_manual_optimization("HybridParallelStrategy", model, "the pipeline schedule runs backward")
+        refuse_manual_optimization("HybridParallelStrategy", model, "the pipeline schedule runs backward")
         if self.gradient_sync == "delayed":  # replicas' averages in flight between steps
-            common.refuse_mid_epoch_checkpoints("HybridParallelStrategy with gradient_sync='delayed'", trainer)
-        common.refuse_grad_scaler("HybridParallelStrategy", self.precision_plugin)
+            refuse_mid_epoch_checkpoints("HybridParallelStrategy with gradient_sync='delayed'", trainer)
+        refuse_grad_scaler("HybridParallelStrategy", self.precision_plugin)
         if model is None:
             return
         if is_freed(model) and getattr(model, "_pipelined", False):
@@ -175,7 +188,7 @@ class HybridParallelStrategy(StageOnlyState, RoutedEvaluation, common.UnwrappedD
             return  # no blocks before configure_model(): checked at setup, on the meta device
         self._check_module(model)
         if self.input_shape is not None and self.given_devices is not None:
-            self._plan(model, torch.zeros(self._batch_hint(trainer), *self.input_shape), self._given_devices_in_flops())
+            self._plan(model, torch.zeros(self._batch_hint(trainer), *self.input_shape), self._devices())
 
     def _check_module(self, model: pl.LightningModule) -> None:
         """The module's part of the checks: its blocks, its loss, the stage sizes (before processes
@@ -249,7 +262,7 @@ class HybridParallelStrategy(StageOnlyState, RoutedEvaluation, common.UnwrappedD
             self._adopt(self._agreed_placement(module, example))
         self._setup_stage(trainer)
         if trainer.state.fn == TrainerFn.FITTING:
-            common.single_optimizer("HybridParallelStrategy", self.optimizers)
+            single_optimizer("HybridParallelStrategy", self.optimizers)
             self._accumulate = max(trainer.accumulate_grad_batches, 1)
             self.attach_sync_points(trainer)
         self._wrap_gradient_clipping()
@@ -272,16 +285,10 @@ class HybridParallelStrategy(StageOnlyState, RoutedEvaluation, common.UnwrappedD
             _optimizers_to_device(self.optimizers, self.root_device)
 
     # ------------------------------------------------------------------ placement
-    def _given_devices_in_flops(self) -> list[Device]:
-        """``devices`` in FLOP/s: their speeds are relative, a speed of 1 being this machine's probed
-        FLOP/s, so that compute and transfer times (with a bandwidth) are both in seconds."""
-        return devices_in_flops(self.given_devices, "relative", probe_speed(self.root_device))
-
-    def _probe_devices(self) -> list[Device]:
-        """Each position's speed in FLOP/s and free memory, measured on replica 0's ranks (slowed as the stage compute is)."""
-        speed = probe_speed(self.root_device, slowdown=self.compute_slowdown)
-        speeds = all_gather_object((speed, free_memory(self.root_device)))
-        return [Device(f"rank{p}", speed=s, memory=m) for p, (s, m) in enumerate(speeds[: self.pipeline_stages])]
+    def _devices(self) -> list[Device]:
+        """The pipeline positions' devices (given, or probed: every rank calls it), within the memory budget."""
+        return planning_devices(self.given_devices, self.pipeline_stages, self.root_device, self.compute_slowdown,
+                                self.memory_limit)
 
     def _plan(self, module: pl.LightningModule, batch: torch.Tensor, devices: list[Device]) -> Placement:
         """Place the module's blocks on micro-batches of ``batch`` (a replica's batch, or its shape), choosing the
@@ -293,21 +300,12 @@ class HybridParallelStrategy(StageOnlyState, RoutedEvaluation, common.UnwrappedD
                              time_on=self.root_device if self.parallel_devices else None)
 
     def _agreed_placement(self, module: pl.LightningModule, batch: torch.Tensor) -> Placement:
-        """Rank 0 plans with ``batch`` (a replica's batch, :meth:`_plan`); every rank gets the placement (and the
-        micro-batch count), or its error."""
-        devices = self._given_devices_in_flops() if self.given_devices is not None else self._probe_devices()
-        devices = within_budgets(devices, self.memory_limit)
-        planned: Placement | Exception | None = None
-        if self.global_rank == 0:
-            try:
-                planned = self._plan(module, batch, devices)
-            except Exception as error:  # every rank must learn of it, not only rank 0
-                planned = error
-        planned = broadcast_object(planned, src=0)
-        if isinstance(planned, Exception):
-            raise planned
+        """Rank 0 plans with ``batch`` (:meth:`_plan`); every rank gets the placement (and the micro-batch count),
+        or its error (:mod:`lightning_hybrid.placement.agreed`)."""
+        devices = self._devices()
+        placement = agreed_placement(self.global_rank, lambda: self._plan(module, batch, devices))
         self._planned_devices = devices
-        return planned
+        return placement
 
     def _adopt(self, placement: Placement) -> None:
         """Use ``placement``: this rank keeps (or materialises) its stage's blocks and frees the others."""
@@ -404,7 +402,7 @@ class HybridParallelStrategy(StageOnlyState, RoutedEvaluation, common.UnwrappedD
         if self.data_parallel == 1:
             return super().optimizer_step(optimizer, closure, model, **kwargs)
         if self.gradient_sync == "delayed":  # clip the replica's own gradient, apply the average later
-            step = common.ReplacedStep(common.unwrap_optimizer(optimizer), self._exchange_and_step)
+            step = ReplacedStep(unwrap_optimizer(optimizer), self._exchange_and_step)
             return self.precision_plugin.optimizer_step(step, model=model, closure=closure, **kwargs)
 
         def averaged_closure() -> Any:  # average before Lightning clips the gradients

@@ -45,16 +45,17 @@ from __future__ import annotations
 import signal
 import time
 import weakref
-from collections import deque
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 import pytorch_lightning as pl
 import torch
 import torch.distributed as dist
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
-from lightning_hybrid.comm.collectives import Pending, all_gather, all_reduce_, start_all_reduce, unchecked_group
+from lightning_hybrid.comm.collectives import all_gather
+from lightning_hybrid.strategies.agreements import (  # noqa: F401  (Carried, ThroughServer: named here by the strategies)
+    Agreement, Carried, Deferred, EveryBatch, ThroughServer)
 
 #: An evaluation loop's ranks agree on a stop every this many batches (each agreement read at the next): its
 #: batches are short, and a one-value all-reduce takes a round trip (50 ms through a long link, against
@@ -67,79 +68,6 @@ _NOTIFIER = "_sigterm_notifier_fn"
 
 def _distributed(trainer: pl.Trainer) -> bool:
     return trainer.world_size > 1 and dist.is_available() and dist.is_initialized()
-
-
-class Agreement(Protocol):
-    """How the ranks agree on a stop: called before each training batch with this rank's requested
-    signal (0: none), it returns the signal every rank stops on (0: go on)."""
-
-    def __call__(self, requested: int) -> int: ...
-
-
-class EveryBatch:
-    """A MAX all-reduce of the ranks' requested signals before each batch, on the default group."""
-
-    def __call__(self, requested: int) -> int:
-        return int(all_reduce_(torch.tensor([requested]), op=dist.ReduceOp.MAX).item())
-
-
-class Deferred:
-    """Each batch starts the MAX all-reduce of this batch's requests in the background (a gloo group of
-    its own, CPU tensors) and reads the one started ``lag`` batches earlier, long done by then: every
-    rank stops at the same batch, ``lag`` batches after the request, and nobody waits there."""
-
-    def __init__(self, lag: int = 1) -> None:
-        if lag < 1:
-            raise ValueError(f"lag must be at least one batch, got {lag}")
-        self.lag = lag
-        self._pending: deque[Pending] = deque()
-        self.group = unchecked_group()  # every rank creates it, in setup; in the background even under a check
-
-    def __call__(self, requested: int) -> int:
-        agreed = 0
-        if len(self._pending) >= self.lag:
-            agreed = int(self._pending.popleft().wait().item())
-        if agreed:
-            self._pending.clear()  # every rank leaves the same ones unread
-        else:
-            self._pending.append(start_all_reduce(torch.tensor([requested]), self.group, op=dist.ReduceOp.MAX))
-        return agreed
-
-
-class Carried:
-    """Ranks that meet only at their exchanges (the delayed all-reduce, local SGD): no collective of its
-    own. The strategy sends this rank's request (:attr:`requested`, kept up to date before each batch)
-    with its next exchange, in the exchanged buffer (:mod:`lightning_hybrid.comm.stop_signal`), and
-    reads the signal the exchange carried back (:meth:`heard`) when it applies it: the same step on
-    every rank, up to the exchange's delay after the request."""
-
-    def __init__(self) -> None:
-        self.requested = 0
-        self.agreed = 0
-
-    def __call__(self, requested: int) -> int:
-        self.requested = requested
-        return self.agreed
-
-    def heard(self, signum: int) -> None:
-        """An applied exchange carried ``signum`` (0: no request)."""
-        self.agreed = max(self.agreed, int(signum))
-
-
-class ThroughServer:
-    """Workers that do not meet between sync points (a parameter server's): this rank stops on its
-    own request at once, after telling the server (``tell(signum)``), whose reply to every worker's
-    next exchange then says so: each stops there, the ones waiting for their peers included."""
-
-    def __init__(self, tell: Callable[[int], None]) -> None:
-        self.tell = tell
-        self._told = False
-
-    def __call__(self, requested: int) -> int:
-        if requested and not self._told:
-            self._told = True
-            self.tell(requested)
-        return requested
 
 
 class BatchMeeting:
@@ -298,3 +226,12 @@ def meeting(trainer: pl.Trainer) -> BatchMeeting:
     if found is None:
         found = _MEETINGS[trainer] = BatchMeeting(trainer)
     return found
+
+
+def stop_if_agreed(strategy: Any, carried: Any) -> None:
+    """At a sync point of ranks that agree on a stop through their exchanges (:class:`~lightning_hybrid.strategies.
+    meeting.Carried`): stop here if an exchange already carried the agreement. The others stop before their next
+    batch; a rank whose data ended at that step has no next batch, and would wait at the sync point for ranks that
+    are gone."""
+    if carried is not None and carried.agreed:
+        meeting(strategy.lightning_module.trainer).stop_now(carried.agreed)

@@ -44,7 +44,9 @@ from lightning_hybrid.parameter_server.hyperparameters import GroupLayout, Group
 from lightning_hybrid.parameter_server.load import ServerLoad
 from lightning_hybrid.parameter_server.protocol import wire_dtype as wire_dtype_of
 from lightning_hybrid.parameter_server.server_launch import SERVER_EXIT_S, TRANSPORTS
-from lightning_hybrid.strategies import common
+from lightning_hybrid.strategies.checked_ddp import CheckedDDPStrategy
+from lightning_hybrid.strategies.refusals import refuse_grad_scaler, refuse_manual_optimization, refuse_mid_epoch_checkpoints, single_optimizer
+from lightning_hybrid.strategies.replaced_step import ReplacedStep, unwrap_optimizer
 from lightning_hybrid.strategies.clip_record import ClipRecord
 from lightning_hybrid.strategies.forked_ranks import ForkedProcess, Standby
 from lightning_hybrid.strategies.meeting import Agreement, EveryBatch, ThroughServer, meeting
@@ -57,7 +59,7 @@ __all__ = ["SERVER_EXIT_S", "TRANSPORTS", "ParameterServerStrategy", "WorkerEpoc
 _SESSIONS = itertools.count()
 
 
-class ParameterServerStrategy(common.UnwrappedDDPStrategy):
+class ParameterServerStrategy(CheckedDDPStrategy):
     """Workers that train against a parameter-server process (see the module docstring).
 
     Subclasses set :attr:`staleness` and :attr:`sync` (the server's rule) and implement
@@ -103,6 +105,8 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
             on a GPU the server's step costs far less than the copies, on the CPU it is the
             largest part of a push (``benchmarks/server_capacity.py``).
     """
+
+    wraps_model = False  # no DDP wrapper (CheckedDDPStrategy.wraps_model)
 
     #: The fewest workers the strategy runs with.
     min_workers: ClassVar[int] = 2
@@ -203,10 +207,10 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
                 f"{name} needs at least {'two workers' if self.min_workers == 2 else f'{self.min_workers} worker'}, got "
                 f"{self.num_workers}; set devices={max(self.min_workers, 2)} or more (CPU: each device is one worker process)."
             )
-        common.refuse_manual_optimization(name, model, "the server runs the optimizer step")
+        refuse_manual_optimization(name, model, "the server runs the optimizer step")
         self.check_val_check_interval(trainer)
-        common.refuse_mid_epoch_checkpoints(name, trainer, self.mid_epoch_checkpoints_instead)
-        common.refuse_grad_scaler(name, self.precision_plugin)
+        refuse_mid_epoch_checkpoints(name, trainer, self.mid_epoch_checkpoints_instead)
+        refuse_grad_scaler(name, self.precision_plugin)
 
     def check_val_check_interval(self, trainer: pl.Trainer) -> None:
         """Refuse a ``val_check_interval`` this strategy has no global point for: a time-based one
@@ -231,7 +235,7 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
         if trainer.state.fn != TrainerFn.FITTING:
             return
         self.check_trainer(trainer, self.lightning_module)
-        optimizer = common.single_optimizer(type(self).__name__, self.optimizers)
+        optimizer = single_optimizer(type(self).__name__, self.optimizers)
         self._params = [p for group in optimizer.param_groups for p in group["params"]]
         self._flat = torch.empty(sum(p.numel() for p in self._params), dtype=torch.float32)
         # The server counts the steps: each worker's Lightning loop must not stop at its own count.
@@ -324,7 +328,7 @@ class ParameterServerStrategy(common.UnwrappedDDPStrategy):
     def optimizer_step(self, optimizer: Any, closure: Callable[[], Any], model: Any = None, **kwargs: Any) -> Any:
         if self.client is None:
             return super().optimizer_step(optimizer, closure, model, **kwargs)
-        step = common.ReplacedStep(common.unwrap_optimizer(optimizer), self._replaced_step)
+        step = ReplacedStep(unwrap_optimizer(optimizer), self._replaced_step)
         return self.precision_plugin.optimizer_step(step, model=model or self.lightning_module, closure=closure, **kwargs)
 
     @abstractmethod

@@ -24,8 +24,8 @@ from lightning_hybrid.partition.spatial_executor import DistributedExecutor, Lay
 from lightning_hybrid.partition.network import FC_PARTITIONS, PartitionPlan, plan_partition
 from lightning_hybrid.partition.spatial import CONV_PARTITIONS, SPATIAL_LAYERS, PartitionError
 from lightning_hybrid.pipeline.module_contract import pipeline_blocks
-from lightning_hybrid.strategies.common import UnwrappedDDPStrategy
-from lightning_hybrid.strategies.routed_evaluation import RoutedEvaluation
+from lightning_hybrid.strategies.checked_ddp import CheckedDDPStrategy
+from lightning_hybrid.strategies.routed_evaluation import routed_steps
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ def check_abilities(abilities: Sequence[float] | None, workers: int | None = Non
     )
 
 
-class PartitionedInferenceStrategy(RoutedEvaluation, UnwrappedDDPStrategy):
+class PartitionedInferenceStrategy(CheckedDDPStrategy):
     """Inference with every input split across the workers in proportion to their computing ability.
 
     Convolutional layers are split along the input's longest spatial axis (``conv_partition="bodp"``,
@@ -81,6 +81,10 @@ class PartitionedInferenceStrategy(RoutedEvaluation, UnwrappedDDPStrategy):
         [1.0, 2.0]
         >>> # predictions = trainer.predict(model, dataloaders=loader)   or strategy="partitioned_inference"
     """
+
+    wraps_model = False  # no DDP wrapper (CheckedDDPStrategy.wraps_model)
+    #: evaluation runs the module's blocks through :meth:`routed_forward` (composition: routed_evaluation)
+    validation_step, test_step, predict_step = routed_steps(CheckedDDPStrategy)
 
     strategy_name = "partitioned_inference"
     process_role = "partition process"

@@ -15,7 +15,7 @@ worse, with the tracebacks of the survivors, which blame the process they were t
 * each started process gets the kernel's parent-death signal (Linux), so none outlives a main
   process that was killed; at a normal exit the main process waits for its children before it ends.
 
-Plain Python (no Lightning): the strategies' launcher (:mod:`lightning_hybrid.strategies.common`)
+Plain Python (no Lightning): the strategies' launcher (:mod:`lightning_hybrid.strategies.launcher`)
 wires it in.
 """
 

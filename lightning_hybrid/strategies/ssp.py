@@ -31,7 +31,7 @@ from lightning_hybrid.parameter_server.gradient_mask import has_gradient
 from lightning_hybrid.parameter_server.protocol import DatasetShape
 from lightning_hybrid.parameter_server.sync_controller import validate_staleness
 from lightning_hybrid.parameter_server.update_rule import UpdateRule
-from lightning_hybrid.strategies import common
+from lightning_hybrid.strategies.refusals import refuse_unindexed_training_data
 from lightning_hybrid.strategies.parameter_server import ParameterServerStrategy, WorkerEpochStats
 from lightning_hybrid.strategies.step_count import ServerSteps
 
@@ -275,7 +275,7 @@ class SSPStrategy(ParameterServerStrategy):
 
     # ------------------------------------------------------------------ data from the server
     def check_training_data(self, loader: object) -> None:
-        common.refuse_unindexed_training_data("SSPStrategy", loader, "deals sample indices to its workers from the server")
+        refuse_unindexed_training_data("SSPStrategy", loader, "deals sample indices to its workers from the server")
         if loader.batch_size is None:  # type: ignore[attr-defined]
             raise ValueError("SSPStrategy needs a training DataLoader with a batch_size (the server deals batches of "
                              "sample indices; a batch_sampler of the DataLoader's own is replaced): pass batch_size=")

@@ -20,7 +20,7 @@ from lightning_hybrid.pipeline import pipeline_blocks
 from lightning_hybrid.pipeline.materialize import NoteInitialisation, RecordRandomState, init_weights_hook, is_freed
 from lightning_hybrid.pipeline.stage_adoption import adopt_stage
 from lightning_hybrid.pipeline.stage_checkpoint import block_holders, gather_optimizer_state, gather_state_dict, own_part
-from lightning_hybrid.strategies import common
+from lightning_hybrid.strategies.replaced_step import unwrap_optimizer
 
 
 class StageOnlyState:
@@ -58,7 +58,7 @@ class StageOnlyState:
             if getattr(self, "_init_noted", None) is not None and self.global_rank == 0:
                 self._init_noted.warn_unreplayed(container, hooked=callable(hook))
         adopt_stage(blocks, names, [range(stage.start, stage.stop) for stage in self.placement.stages], own,
-                    [common.unwrap_optimizer(optimizer) for optimizer in self.optimizers],
+                    [unwrap_optimizer(optimizer) for optimizer in self.optimizers],
                     getattr(self, "_init_states", None), init_weights=hook)
 
     @property
@@ -98,7 +98,7 @@ class StageOnlyState:
         state = super().optimizer_state(optimizer)
         if self.placement is None or self.mesh.replica_of(self.global_rank) != 0:
             return state
-        params = [p for group in common.unwrap_optimizer(optimizer).param_groups for p in group["params"]]
+        params = [p for group in unwrap_optimizer(optimizer).param_groups for p in group["params"]]
         return gather_optimizer_state(state, params, self._holders(), self.global_rank, 0, self._pp_group)
 
     def load_model_state_dict(self, checkpoint: Mapping[str, Any], strict: bool = True) -> None:
@@ -114,7 +114,7 @@ class StageOnlyState:
         """Each rank restores the optimizer state of its own stage's parameters."""
         states = []
         for optimizer, state in zip(self.optimizers, checkpoint["optimizer_states"]):
-            params = [p for group in common.unwrap_optimizer(optimizer).param_groups for p in group["params"]]
+            params = [p for group in unwrap_optimizer(optimizer).param_groups for p in group["params"]]
             states.append({**state, "state": {i: v for i, v in state["state"].items() if not params[int(i)].is_meta}})
         super().load_optimizer_state_dict({**checkpoint, "optimizer_states": states})
 

@@ -1,8 +1,37 @@
 # Generated from lightning_hybrid/callbacks/__init__.py by `python tools/generate_lightning_namespace.py`: edit that file, not this one.
-"""``lightning_hybrid.callbacks`` against ``lightning``: ``lightning_hybrid/callbacks/__init__.py`` with Lightning's names replaced, run
-here when imported (:func:`lightning_hybrid.namespace.run_translated`); its interface for type checkers and
-IDEs is the ``.pyi`` file beside this one."""
+"""Lightning callbacks of the suite, one concept a module: epoch timing (``timing``), peak memory
+(``memory``), a memory budget checked before training (``memory_budget``), simulated heterogeneity (``simulator``), progress lines (``progress``), CSV logs continued
+across spawned stages (``csv_log``) and weights transferred from another run (``transfer_weights``).
 
-from lightning_hybrid.namespace import run_translated
+The names below are imported on first use (PEP 562), as in ``lightning_hybrid.lightning.data``.
+"""
 
-run_translated(globals(), "callbacks/__init__.py")
+from typing import TYPE_CHECKING
+
+from lightning_hybrid.lazy_exports import lazy_exports
+
+if TYPE_CHECKING:  # the names for type checkers; at run time, __getattr__ below imports them
+    from lightning_hybrid.lightning.callbacks.csv_log import ContinueCSVLog
+    from lightning_hybrid.lightning.callbacks.memory import PeakMemoryMonitor
+    from lightning_hybrid.lightning.callbacks.memory_budget import MemoryBudget, MemoryBudgetExceeded
+    from lightning_hybrid.lightning.callbacks.progress import ProgressLog
+    from lightning_hybrid.lightning.callbacks.simulator import CALIBRATION_STEPS, HeterogeneitySimulator
+    from lightning_hybrid.lightning.callbacks.timing import EpochTimer
+    from lightning_hybrid.lightning.callbacks.transfer_weights import TransferWeights
+
+#: Each name this package exports, and the module that defines it.
+LAZY = {
+    "CALIBRATION_STEPS": "lightning_hybrid.lightning.callbacks.simulator",
+    "ContinueCSVLog": "lightning_hybrid.lightning.callbacks.csv_log",
+    "EpochTimer": "lightning_hybrid.lightning.callbacks.timing",
+    "HeterogeneitySimulator": "lightning_hybrid.lightning.callbacks.simulator",
+    "MemoryBudget": "lightning_hybrid.lightning.callbacks.memory_budget",
+    "MemoryBudgetExceeded": "lightning_hybrid.lightning.callbacks.memory_budget",
+    "PeakMemoryMonitor": "lightning_hybrid.lightning.callbacks.memory",
+    "ProgressLog": "lightning_hybrid.lightning.callbacks.progress",
+    "TransferWeights": "lightning_hybrid.lightning.callbacks.transfer_weights",
+}
+
+__all__ = sorted(LAZY)
+
+__getattr__, __dir__ = lazy_exports(globals(), LAZY)

@@ -1,8 +1,7 @@
 # Generated from lightning_hybrid/cli/__main__.py by `python tools/generate_lightning_namespace.py`: edit that file, not this one.
-"""``lightning_hybrid.cli.__main__`` against ``lightning``: ``lightning_hybrid/cli/__main__.py`` with Lightning's names replaced, run
-here when imported (:func:`lightning_hybrid.namespace.run_translated`); its interface for type checkers and
-IDEs is the ``.pyi`` file beside this one."""
+"""``python -m lightning_hybrid.lightning.cli ...``: the same as the ``lightning-hybrid`` command."""
 
-from lightning_hybrid.namespace import run_translated
+from lightning_hybrid.lightning.cli import main
 
-run_translated(globals(), "cli/__main__.py")
+if __name__ == "__main__":
+    main()

@@ -1,8 +1,41 @@
 # Generated from lightning_hybrid/data/__init__.py by `python tools/generate_lightning_namespace.py`: edit that file, not this one.
-"""``lightning_hybrid.data`` against ``lightning``: ``lightning_hybrid/data/__init__.py`` with Lightning's names replaced, run
-here when imported (:func:`lightning_hybrid.namespace.run_translated`); its interface for type checkers and
-IDEs is the ``.pyi`` file beside this one."""
+"""Datamodules and data-file utilities.
 
-from lightning_hybrid.namespace import run_translated
+The names below are imported on first use (PEP 562): importing a plain reader of this package
+(``lightning_hybrid.data.idx``, ``.clinicadl``, ``.adni_settings``, ...) imports no Lightning, so it is one
+module, with one class per concept, under both Lightning namespaces (:mod:`lightning_hybrid.namespace`).
+"""
 
-run_translated(globals(), "data/__init__.py")
+from typing import TYPE_CHECKING
+
+from lightning_hybrid.lazy_exports import lazy_exports
+
+if TYPE_CHECKING:  # the names for type checkers; at run time, __getattr__ below imports them
+    from lightning_hybrid.lightning.data.adni import ADNIDataModule, BadItemError, SyntheticADNIDataModule
+    from lightning_hybrid.data.idx import DataFileError, read_idx, write_idx
+    from lightning_hybrid.lightning.data.mnist import MNIST_FILES, MNISTDataModule, MNISTNotFoundError
+    from lightning_hybrid.lightning.data.shard_datamodule import ShardDataModule
+    from lightning_hybrid.data.shards import ShardError, ShardStore, pack
+    from lightning_hybrid.lightning.data.synthetic import SyntheticMNISTDataModule
+
+#: Each name this package exports, and the module that defines it.
+LAZY = {
+    "ADNIDataModule": "lightning_hybrid.lightning.data.adni",
+    "BadItemError": "lightning_hybrid.lightning.data.adni",
+    "SyntheticADNIDataModule": "lightning_hybrid.lightning.data.adni",
+    "DataFileError": "lightning_hybrid.data.idx",
+    "read_idx": "lightning_hybrid.data.idx",
+    "write_idx": "lightning_hybrid.data.idx",
+    "MNIST_FILES": "lightning_hybrid.lightning.data.mnist",
+    "MNISTDataModule": "lightning_hybrid.lightning.data.mnist",
+    "MNISTNotFoundError": "lightning_hybrid.lightning.data.mnist",
+    "ShardDataModule": "lightning_hybrid.lightning.data.shard_datamodule",
+    "ShardError": "lightning_hybrid.data.shards",
+    "ShardStore": "lightning_hybrid.data.shards",
+    "pack": "lightning_hybrid.data.shards",
+    "SyntheticMNISTDataModule": "lightning_hybrid.lightning.data.synthetic",
+}
+
+__all__ = sorted(LAZY)
+
+__getattr__, __dir__ = lazy_exports(globals(), LAZY)

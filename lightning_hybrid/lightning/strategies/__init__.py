@@ -1,8 +1,42 @@
 # Generated from lightning_hybrid/strategies/__init__.py by `python tools/generate_lightning_namespace.py`: edit that file, not this one.
-"""``lightning_hybrid.strategies`` against ``lightning``: ``lightning_hybrid/strategies/__init__.py`` with Lightning's names replaced, run
-here when imported (:func:`lightning_hybrid.namespace.run_translated`); its interface for type checkers and
-IDEs is the ``.pyi`` file beside this one."""
+"""Lightning strategies of the suite (Lightning glue only; the algorithms live in ``comm/``,
+``parameter_server/``, ``pipeline/``, ``placement/``, ``partition/`` and ``balance/``).
 
-from lightning_hybrid.namespace import run_translated
+``import lightning_hybrid`` registers each strategy's string aliases with Lightning's ``StrategyRegistry``
+(:mod:`lightning_hybrid.lightning.strategies.registry`). The names below are imported on first use (PEP 562), so
+that the plain modules here (``capabilities``, ``forked_ranks``, ``process_watch``, ``rank_states``)
+import no Lightning and are one module under both Lightning namespaces.
+"""
 
-run_translated(globals(), "strategies/__init__.py")
+from typing import TYPE_CHECKING
+
+from lightning_hybrid.lazy_exports import lazy_exports
+
+if TYPE_CHECKING:  # the names for type checkers; at run time, __getattr__ below imports them
+    from lightning_hybrid.lightning.strategies.allreduce_asgd import AllReduceASGDStrategy
+    from lightning_hybrid.lightning.strategies.balanced import BalancedDataParallelStrategy
+    from lightning_hybrid.lightning.strategies.cneural import CNeuralStrategy
+    from lightning_hybrid.lightning.strategies.fsdp2 import FullyShardedStrategy
+    from lightning_hybrid.lightning.strategies.hybrid import HybridParallelStrategy
+    from lightning_hybrid.lightning.strategies.local_sgd import LocalSGDStrategy
+    from lightning_hybrid.lightning.strategies.parameter_server import ParameterServerStrategy
+    from lightning_hybrid.lightning.strategies.partitioned_inference import PartitionedInferenceStrategy
+    from lightning_hybrid.lightning.strategies.ssp import ServerSampler, SSPStrategy
+
+#: Each name this package exports, and the module that defines it.
+LAZY = {
+    "AllReduceASGDStrategy": "lightning_hybrid.lightning.strategies.allreduce_asgd",
+    "BalancedDataParallelStrategy": "lightning_hybrid.lightning.strategies.balanced",
+    "CNeuralStrategy": "lightning_hybrid.lightning.strategies.cneural",
+    "FullyShardedStrategy": "lightning_hybrid.lightning.strategies.fsdp2",
+    "HybridParallelStrategy": "lightning_hybrid.lightning.strategies.hybrid",
+    "LocalSGDStrategy": "lightning_hybrid.lightning.strategies.local_sgd",
+    "ParameterServerStrategy": "lightning_hybrid.lightning.strategies.parameter_server",
+    "PartitionedInferenceStrategy": "lightning_hybrid.lightning.strategies.partitioned_inference",
+    "SSPStrategy": "lightning_hybrid.lightning.strategies.ssp",
+    "ServerSampler": "lightning_hybrid.lightning.strategies.ssp",
+}
+
+__all__ = sorted(LAZY)
+
+__getattr__, __dir__ = lazy_exports(globals(), LAZY)

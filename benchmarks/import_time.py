@@ -1,0 +1,67 @@
+"""What reaching the ``lightning`` flavour costs a process: ``import lightning_hybrid.lightning`` against
+``import lightning_hybrid, lightning.pytorch`` (what it cannot do without), each in a fresh interpreter,
+alternated, ``--repeats`` times; medians and the difference. ``--before REV`` also measures a commit of this
+repository (checked out in a temporary worktree) the same way, side by side.
+
+    python benchmarks/import_time.py --repeats 15 --before 9f6369f
+
+Run it on a quiet machine: the difference is tenths of a second beside seconds of torch and Lightning.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+STATEMENTS = {"without": "import lightning_hybrid, lightning.pytorch", "with": "import lightning_hybrid.lightning"}
+
+
+def seconds(statement: str, tree: Path) -> float:
+    """One fresh interpreter's wall time to run ``statement`` with ``tree`` first on its path."""
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(tree)!r}); {statement}"],
+                   check=True, capture_output=True, cwd=tree)
+    return time.perf_counter() - start
+
+
+def measure(tree: Path, repeats: int) -> dict[str, list[float]]:
+    times: dict[str, list[float]] = {key: [] for key in STATEMENTS}
+    seconds(STATEMENTS["with"], tree)  # warm: .pyc files written, the page cache filled
+    for _ in range(repeats):
+        for key, statement in STATEMENTS.items():
+            times[key].append(seconds(statement, tree))
+    return times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--before", default=None, help="a commit to measure beside the working tree")
+    args = parser.parse_args()
+    trees = {"this tree": ROOT}
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.before:
+            subprocess.run(["git", "worktree", "add", "--detach", f"{tmp}/before", args.before], cwd=ROOT, check=True,
+                           capture_output=True)
+            trees[args.before] = Path(tmp) / "before"
+        try:
+            results = {name: measure(tree, args.repeats) for name, tree in trees.items()}
+        finally:
+            if args.before:
+                subprocess.run(["git", "worktree", "remove", "--force", f"{tmp}/before"], cwd=ROOT, capture_output=True)
+    print(f"| tree | `{STATEMENTS['without']}` s | `{STATEMENTS['with']}` s | difference s (median of pairs) |")
+    print("|---|---|---|---|")
+    for name, times in results.items():
+        pairs = [w - wo for w, wo in zip(times["with"], times["without"])]
+        print(f"| {name} | {statistics.median(times['without']):.3f} | {statistics.median(times['with']):.3f} | "
+              f"{statistics.median(pairs):+.3f} ({min(pairs):+.3f} to {max(pairs):+.3f}) |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,9 +1,0 @@
-# Generated from lightning_hybrid/cli/__init__.py by `python tools/generate_lightning_namespace.py`: edit that file, not this one.
-from typing import TYPE_CHECKING
-from lightning_hybrid.lightning import namespace
-from lightning_hybrid.lazy_exports import lazy_exports
-from lightning_hybrid.lightning.cli.command import SUBCOMMANDS, main
-LAZY = ...
-__all__ = sorted(LAZY)
-_ONLY_LIGHTNING = ...
-_FLAVOUR = ...
