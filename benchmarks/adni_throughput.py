@@ -37,7 +37,7 @@ import torch.nn.functional as F
 
 from lightning_hybrid import ClassifierModule
 from lightning_hybrid.data import ADNIDataModule
-from lightning_hybrid.data.adni_phantoms import write_synthetic_adni
+from lightning_hybrid.data.adni_phantoms import write_adni_phantoms
 from lightning_hybrid.models import ResAttNet3D
 
 CONTENDERS = {
@@ -133,7 +133,7 @@ def main() -> None:
         csv_path = root / "adni.csv"
         if not csv_path.is_file():
             volume = [round(s * 1.25) for s in args.shape]  # resampled to 1.5 mm, then padded or cropped
-            write_synthetic_adni(root, subjects=args.subjects, shape=tuple(volume), seed=0)
+            write_adni_phantoms(root, subjects=args.subjects, shape=tuple(volume), seed=0)
         shape = tuple(args.shape)
         compute = compute_only(device, shape, args.batch, steps, warmup, args.base_channels)
         rows = []

@@ -11,7 +11,7 @@ with each contender's ratio to the first.
 3D-ResAttNet-18 (33.6 M parameters) on 2 CPU workers, SSP against DDP without stragglers (32^3 synthetic
 volumes, batch 2; list values in brackets may hold commas):
 
-    python benchmarks/epoch_time.py --data adni_synthetic --model resattnet3d_18 --epochs 2 \
+    python benchmarks/epoch_time.py --data adni_phantoms --model resattnet3d_18 --epochs 2 \
         --extra "data.view.image_shape=[32,32,32],data.volume_shape=[32,32,32],data.batch_size=2,data.augment.where=null" \
         --contender ddp:strategy=ddp,trainer.devices=2 --contender ssp:strategy=ssp,trainer.devices=2
 
@@ -86,7 +86,7 @@ def run_contender(name: str, overrides: list[str], common: list[str], workdir: P
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-root", default=None, help="MNIST folder; without it, synthetic data")
-    parser.add_argument("--data", default=None, help="a data config (e.g. adni_synthetic) instead of MNIST")
+    parser.add_argument("--data", default=None, help="a data config (e.g. adni_phantoms) instead of MNIST")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--model", default="lenet5")
     parser.add_argument("--contender", action="append", help="NAME:override,override,... (repeatable)")

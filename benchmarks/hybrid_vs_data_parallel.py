@@ -64,7 +64,7 @@ from epoch_time import epoch_times
 
 SIZE = 48  # voxels per side: ResAttNet-18 at a CPU resolution
 BATCH = 8  # the global batch of every contender
-DATA = ["data=adni_synthetic", "data.subjects=64", f"data.view.image_shape=[{SIZE},{SIZE},{SIZE}]",
+DATA = ["data=adni_phantoms", "data.subjects=64", f"data.view.image_shape=[{SIZE},{SIZE},{SIZE}]",
         f"data.volume_shape=[{SIZE},{SIZE},{SIZE}]", "data.augment.where=null", "model=resattnet3d_18",
         "optimizer=adam_mri", "callbacks=[epoch_timer,peak_memory]", "logger=csv", "trainer.enable_progress_bar=false",
         "trainer.num_sanity_val_steps=0", "trainer.limit_val_batches=0", "trainer.limit_test_batches=0"]

@@ -242,7 +242,7 @@ def pipeline_base(args, name: str, batches: int) -> list[str]:
     batch = [f"data.batch_size={args.pipeline_batch * RANKS}", f"strategy.micro_batches={args.pipeline_micro_batches}"] \
         if pipeline else [f"data.batch_size={args.pipeline_batch}"]
     subjects = max(40, 2 * batches * args.pipeline_batch * RANKS + 16)
-    return ["model=resattnet3d_18", "data=adni_synthetic", f"data.subjects={subjects}",
+    return ["model=resattnet3d_18", "data=adni_phantoms", f"data.subjects={subjects}",
             f"data.root={(args.out / 'runs' / f'pipeline_data_{subjects}').resolve()}", "data.volume_shape=[48,48,48]",
             "data.view.image_shape=[48,48,48]", *batch, "data.cache.dir=null", "trainer.devices=2", "optimizer=adam_mri"]
 

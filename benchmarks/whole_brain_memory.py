@@ -72,7 +72,7 @@ def contenders(view: tuple[int, ...] = VIEWS["2mm"]) -> dict[str, tuple[int, lis
 
 def common(view: tuple[int, ...], data_root: Path) -> list[str]:
     shape = ",".join(map(str, view))
-    return ["data=adni_synthetic", "data.subjects=64", f"data.root={data_root}", f"data.view.image_shape=[{shape}]",
+    return ["data=adni_phantoms", "data.subjects=64", f"data.root={data_root}", f"data.view.image_shape=[{shape}]",
             f"data.volume_shape=[{shape}]", "data.augment.where=null", "data.cache.where=disk", "data.num_workers=0", "model=resattnet3d_34", "optimizer=adam_mri",
             "callbacks=[peak_memory]", "logger=csv", "trainer.enable_progress_bar=false", "trainer.num_sanity_val_steps=0",
             "trainer.limit_val_batches=0", "trainer.limit_test_batches=0", "trainer.max_epochs=1",

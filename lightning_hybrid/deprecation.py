@@ -25,6 +25,18 @@ def warn_renamed(old: str, new: str, stacklevel: int = 3) -> None:
     warnings.warn(f"{old} is now {new}; the old name goes in the next release", FutureWarning, stacklevel=stacklevel)
 
 
+#: Config options renamed: group -> {old option: new option}. The old option's file stays a thin alias of the
+#: new one for a release; the command warns when it is chosen (:func:`warn_renamed_options`).
+RENAMED_OPTIONS = {"data": {"adni_synthetic": "adni_phantoms"}}
+
+
+def warn_renamed_options(choices: Mapping[str, Any]) -> None:
+    """Warn for each renamed config option among a run's ``choices`` (Hydra's group -> option)."""
+    for group, options in RENAMED_OPTIONS.items():
+        if str(choices.get(group)) in options:
+            warn_renamed(f"{group}={choices[group]}", f"{group}={options[str(choices[group])]}", stacklevel=2)
+
+
 def renamed(package: dict[str, Any], table: Mapping[str, str]) -> Callable[[str], Any]:
     """A module's ``__getattr__`` (pass its ``globals()``) for its old names: ``table`` maps each to
     ``"module"`` (the same name there) or ``"module:new_name"``; using one warns and returns the new object."""

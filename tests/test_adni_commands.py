@@ -49,7 +49,7 @@ def at_small_size(command: str, tmp_path: Path) -> list[str]:
     stages = next((o.split("=")[1] for o in overrides if o.startswith("strategy.pipeline_stages=")), None)
     if stages and not any(o.startswith("trainer.devices=") for o in overrides):
         overrides.append(f"trainer.devices={stages}")
-    return [*overrides, "data=adni_synthetic", f"data.root={tmp_path / 'synth'}", "data.subjects=24",
+    return [*overrides, "data=adni_phantoms", f"data.root={tmp_path / 'synth'}", "data.subjects=24",
             "data.volume_shape=[40,48,40]", "data.view.image_shape=[40,40,40]", "data.cache.dir=null",
             "model.base_channels=8", "trainer.max_epochs=4", "logger=csv", "callbacks=[model_checkpoint]", "allow_cpu_oversubscription=true",
             f"hydra.run.dir={tmp_path / 'run'}"]

@@ -16,7 +16,7 @@ import torch
 from conftest import run_cli
 from lightning_hybrid import ClassifierModule
 from lightning_hybrid.data import ADNIDataModule, BadItemError
-from lightning_hybrid.data.adni_phantoms import write_synthetic_adni
+from lightning_hybrid.data.adni_phantoms import write_adni_phantoms
 from lightning_hybrid.models import ResAttNet3D
 
 SMALL = dict(view={"image_shape": (32, 32, 32)}, cache={"where": None}, augment={"where": None}, batch_size=4, num_workers=0)
@@ -24,7 +24,7 @@ SMALL = dict(view={"image_shape": (32, 32, 32)}, cache={"where": None}, augment=
 
 @pytest.fixture(scope="module")
 def synth(tmp_path_factory) -> Path:
-    return write_synthetic_adni(tmp_path_factory.mktemp("synth"), subjects=24, shape=(40, 44, 40), seed=3, extra_scan_prob=0.5)
+    return write_adni_phantoms(tmp_path_factory.mktemp("synth"), subjects=24, shape=(40, 44, 40), seed=3, extra_scan_prob=0.5)
 
 
 def test_shapes_dtypes_and_subject_splits(synth):
@@ -123,7 +123,7 @@ def test_bad_settings(synth):
 
 
 def test_training_beats_chance_on_held_out_subjects(tmp_path):
-    csv_path = write_synthetic_adni(tmp_path, subjects=64, shape=(40, 44, 40), seed=7, diagnoses=("AD", "NC"))
+    csv_path = write_adni_phantoms(tmp_path, subjects=64, shape=(40, 44, 40), seed=7, diagnoses=("AD", "NC"))
     pl.seed_everything(0)
     dm = ADNIDataModule({"csv_path": csv_path}, split={"val_fraction": 0.15, "test_fraction": 0.2},
                         view={"image_shape": (32, 32, 32)}, augment={"where": "device"}, cache={"where": "memory"},
@@ -141,7 +141,7 @@ def test_training_beats_chance_on_held_out_subjects(tmp_path):
 def test_two_process_ddp_with_the_model(tmp_path):
     run_dir = tmp_path / "run"
     run_cli(
-        "data=adni_synthetic", f"data.root={tmp_path / 'synth'}", "data.subjects=16", "data.volume_shape=[24,24,24]",
+        "data=adni_phantoms", f"data.root={tmp_path / 'synth'}", "data.subjects=16", "data.volume_shape=[24,24,24]",
         "data.view.image_shape=[16,16,16]", "data.batch_size=2", "model=resattnet3d_18", "model.base_channels=4",
         "strategy=ddp", "trainer.devices=2", "trainer=debug", "allow_cpu_oversubscription=true",
         f"hydra.run.dir={run_dir}", cwd=tmp_path,

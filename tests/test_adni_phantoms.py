@@ -10,11 +10,11 @@ import pytest
 
 from conftest import Zygote, clean_env
 
-from lightning_hybrid.data.adni_phantoms import synthetic_volume, write_synthetic_adni
+from lightning_hybrid.data.adni_phantoms import synthetic_volume, write_adni_phantoms
 
 
 def test_files_round_trip_through_nibabel(tmp_path):
-    csv_path = write_synthetic_adni(tmp_path, subjects=8, shape=(32, 36, 32), seed=1, extra_scan_prob=0.5)
+    csv_path = write_adni_phantoms(tmp_path, subjects=8, shape=(32, 36, 32), seed=1, extra_scan_prob=0.5)
     rows = list(csv.DictReader(open(csv_path)))
     assert {"subject_id", "image", "diagnosis", "visit"} <= set(rows[0])
     assert len({r["subject_id"] for r in rows}) == 8 and len(rows) > 8  # some subjects have two scans
@@ -42,7 +42,7 @@ def test_ad_has_larger_ventricles_than_nc():
 
 def test_cli_subcommand(tmp_path):
     proc = Zygote.run(
-        ["-m", "lightning_hybrid.cli", "data", "synth-adni", "--out", str(tmp_path), "--subjects", "2", "--shape", "24",
+        ["-m", "lightning_hybrid.cli", "data", "make-adni-phantoms", "--out", str(tmp_path), "--subjects", "2", "--shape", "24",
          "28", "24"], clean_env(), tmp_path, timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
@@ -51,4 +51,4 @@ def test_cli_subcommand(tmp_path):
 
 def test_bad_subject_count(tmp_path):
     with pytest.raises(ValueError, match="subjects must be positive"):
-        write_synthetic_adni(tmp_path, subjects=0)
+        write_adni_phantoms(tmp_path, subjects=0)

@@ -109,9 +109,9 @@ def test_an_older_runs_flat_config_reads_as_the_grouped_one():
                    "fold": 2, "augment": False})
     assert csv["source"] == {"csv_path": "a.csv", "root": None, "on_bad_file": "error", "use_uncropped_image": False}
     assert csv["split"]["fold"] == 2 and csv["split"]["folds"] == 5 and csv["augment"] == {"where": None}
-    synthetic = group_flat_arguments({"_target_": "lightning_hybrid.data.SyntheticADNIDataModule", "csv_path": None,
-                         "root": "data/adni_synthetic", "subjects": 40, "image_shape": [64, 64, 64]})
-    assert synthetic["root"] == "data/adni_synthetic" and "source" not in synthetic  # its own folder, not the CSV's
+    synthetic = group_flat_arguments({"_target_": "lightning_hybrid.data.PhantomADNIDataModule", "csv_path": None,
+                         "root": "data/adni_phantoms", "subjects": 40, "image_shape": [64, 64, 64]})
+    assert synthetic["root"] == "data/adni_phantoms" and "source" not in synthetic  # its own folder, not the CSV's
     assert group_flat_arguments(grouped) == grouped  # grouped already: kept
 
 

@@ -16,7 +16,7 @@ from conftest import REFERENCE, run_train_script, shared_train_script
 from lightning_hybrid import AllReduceASGDStrategy, ClassifierModule
 from lightning_hybrid.data import SyntheticMNISTDataModule
 from lightning_hybrid.data.base import EpochSeededRandomSampler
-from lightning_hybrid.data.synthetic import synthetic_classification
+from lightning_hybrid.data.synthetic_mnist import synthetic_classification
 from lightning_hybrid.models import MLP
 
 pytestmark = pytest.mark.multiprocess

@@ -149,3 +149,14 @@ def test_no_strategy_stands_on_more_than_four_classes_of_ours_and_the_table_says
     text = (PACKAGE.parent / "ARCHITECTURE.md").read_text()
     table = [line for line in text.splitlines() if re.match(r"^\| `\w+Strategy` \|", line)]
     assert table == rows, "ARCHITECTURE.md's table of the strategies differs from the code; its rows are:\n" + "\n".join(rows)
+
+
+def test_no_two_modules_share_a_stem():
+    """A module's name says what it holds wherever it is read (a traceback, a log line, a search): two modules of one
+    name (``comm/local_sgd.py`` and ``strategies/local_sgd.py`` were) are renamed (issue 63)."""
+    stems: dict[str, list[str]] = {}
+    for path in MODULES:
+        if part_of(path) != "lightning" and path.name != "__init__.py":
+            stems.setdefault(path.stem, []).append(str(path.relative_to(PACKAGE)))
+    shared = {stem: paths for stem, paths in stems.items() if len(paths) > 1}
+    assert not shared, f"modules sharing a stem: {shared}"

@@ -27,7 +27,7 @@ from lightning_hybrid.balance import (
 )
 from lightning_hybrid.data import SyntheticMNISTDataModule
 from lightning_hybrid.data.base import EpochSeededRandomSampler
-from lightning_hybrid.data.synthetic import synthetic_classification
+from lightning_hybrid.data.synthetic_mnist import synthetic_classification
 from lightning_hybrid.models import MLP
 from lightning_hybrid.strategies.balanced import STATE_KEY
 

@@ -17,7 +17,7 @@ NAMES = [n for n in vars(Capabilities) if not n.startswith("_")]
 
 def test_any_strategy_answers_with_the_defaults_and_ours_with_their_own():
     ddp = capabilities_of(DDPStrategy())
-    assert (ddp.resumes_mid_epoch, ddp.logs_peak_memory, ddp.slows_its_compute, ddp.process_watch) == (True, False, False, None)
+    assert (ddp.resumes_mid_epoch, ddp.logs_peak_memory, ddp.slows_its_compute, ddp.rank_exit_watch) == (True, False, False, None)
     ddp.check_evaluation(None, None)  # nothing to refuse
     assert capabilities_of(BalancedDataParallelStrategy()).slows_its_compute
     assert not capabilities_of(SSPStrategy()).resumes_mid_epoch

@@ -159,7 +159,7 @@ def test_real_mnist_lenet5(real_mnist, tmp_path):
 
 
 def test_plan_command_prints_every_method(capsys):
-    from lightning_hybrid.cli.plan import plan_command
+    from lightning_hybrid.cli.plan_command import plan_command
 
     text = plan_command(["model=lenet5", "devices=[1,2,{speed: 1, memory: 1GiB}]", "batch=2", "stages=2"])
     for method in ("gabra", "exact", "uniform", "parameters", "time"):
@@ -173,7 +173,7 @@ def test_plan_draws_the_placements_and_the_pipeline_timeline(tmp_path):
     pytest.importorskip("matplotlib", reason="the figure needs matplotlib (the plots extra)")
     import matplotlib.image
 
-    from lightning_hybrid.cli.plan import plan_command
+    from lightning_hybrid.cli.plan_command import plan_command
 
     path = tmp_path / "plan.png"
     text = plan_command(["model=lenet5", "devices=[1,2]", "batch=2", f"figure={path}"])

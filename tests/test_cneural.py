@@ -244,7 +244,7 @@ def test_validation_inside_a_pass_needs_shares_of_equal_length(stores, tmp_path)
 def test_epoch_scheduler_sets_the_rate_of_the_pass_it_steps_after(tmp_path):
     """Lightning steps an epoch-interval scheduler after a pass's last batch, before the pass's update
     is pushed; the update must still use the rate in force during the pass (LR / 2**epoch here)."""
-    from lightning_hybrid.data.synthetic import synthetic_classification
+    from lightning_hybrid.data.synthetic_mnist import synthetic_classification
 
     epochs, lr = 3, 0.5
     run_train_script(tmp_path, "--strategy", "cneural", "--scheduler", "--lr", str(lr), "--epochs", str(epochs))
@@ -267,7 +267,7 @@ def test_a_step_is_a_pass(tmp_path):
     """trainer.global_step counts passes (the updates the model receives), max_steps=3 is three passes,
     and a step-interval scheduler steps once per pass: each pass is applied at LR / 2**pass, the rate
     in force during it, as full-batch gradient descent with that schedule."""
-    from lightning_hybrid.data.synthetic import synthetic_classification
+    from lightning_hybrid.data.synthetic_mnist import synthetic_classification
 
     passes, lr = 3, 0.5
     run_train_script(tmp_path, "--strategy", "cneural", "--step-scheduler", "--lr", str(lr), "--epochs", "10",

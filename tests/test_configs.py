@@ -44,9 +44,9 @@ def test_every_group_has_options():
 
 @pytest.fixture(scope="module")
 def tiny_adni_csv(tmp_path_factory):
-    from lightning_hybrid.data.adni_phantoms import write_synthetic_adni
+    from lightning_hybrid.data.adni_phantoms import write_adni_phantoms
 
-    return write_synthetic_adni(tmp_path_factory.mktemp("adni"), subjects=4, shape=(16, 16, 16))
+    return write_adni_phantoms(tmp_path_factory.mktemp("adni"), subjects=4, shape=(16, 16, 16))
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +61,7 @@ def test_option_composes_and_instantiates(tmp_path, group, option, tiny_adni_csv
     extra = ["trainer.devices=2"] if (group, option) in {("strategy", "ddp"), ("strategy", "ddp_spawn"), ("sim", "two_speeds")} else []
     if (group, option) in {("data", "adni"), ("experiment", "akintoye2022_adni"), ("experiment", "akintoye2022_hybrid_adni")}:
         extra.append(f"data.source.csv_path={tiny_adni_csv}")  # users point it at their ADNI CSV
-    if (group, option) == ("data", "adni_synthetic"):
+    if (group, option) in {("data", "adni_phantoms"), ("data", "adni_synthetic")}:
         extra += ["data.subjects=4", "data.volume_shape=[16,16,16]"]
     if (group, option) in {("data", "adni_caps"), ("data", "adni_like")}:  # users point them at their CAPS and TSVs
         extra += [f"data.source.caps_directory={tiny_caps / 'caps'}", f"data.source.tsv_path={tiny_caps / 'split'}"]

@@ -89,7 +89,7 @@ def test_the_slices_go_through_the_maps_peak_and_the_png_shows_the_map_in_colour
 def test_explain_command_end_to_end(tmp_path):
     run_dir = tmp_path / "run"
     run_cli(
-        "data=adni_synthetic", f"data.root={tmp_path / 'synth'}", "data.subjects=24", "data.volume_shape=[32,36,32]",
+        "data=adni_phantoms", f"data.root={tmp_path / 'synth'}", "data.subjects=24", "data.volume_shape=[32,36,32]",
         "data.view.image_shape=[32,32,32]", "data.batch_size=2", "model=resattnet3d_18", "model.base_channels=4",
         "trainer=debug", f"hydra.run.dir={run_dir}", cwd=tmp_path,
     )

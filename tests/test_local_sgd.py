@@ -19,7 +19,7 @@ from test_delayed_allreduce import batches, make_model  # the same model and per
 from lightning_hybrid.comm.delayed_allreduce import DelayedAllReduce
 from lightning_hybrid.comm.flat import copy_into, flatten
 from lightning_hybrid.comm.stop_signal import WIDTH
-from lightning_hybrid.comm.local_sgd import LocalSGD, cut_fragments, validate
+from lightning_hybrid.comm.outer_rounds import LocalSGD, cut_fragments, validate
 
 STEPS, LR, MOMENTUM = 13, 0.05, 0.9
 #: (sync_every, delay, outer, fragments, wire, steps before which a sync point comes)
@@ -96,7 +96,7 @@ def worker(rank: int, port: int, out: str) -> None:
 
 
 def reference(setting: tuple) -> list[torch.Tensor]:
-    """The rules of lightning_hybrid.comm.local_sgd, in one process: two models, each with its own
+    """The rules of lightning_hybrid.comm.outer_rounds, in one process: two models, each with its own
     inner optimizer on its own batches; per fragment, the global weights and their outer optimizer;
     a round's pseudo-gradients summed (in bf16 with a bf16 wire) and applied ``delay`` rounds later."""
     sync_every, delay, outer, fragments, wire, syncs = setting

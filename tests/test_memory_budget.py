@@ -12,7 +12,7 @@ import torch
 from conftest import run_cli
 from lightning_hybrid import ClassifierModule
 from lightning_hybrid.callbacks import MemoryBudget, MemoryBudgetExceeded
-from lightning_hybrid.data.synthetic import SyntheticMNISTDataModule
+from lightning_hybrid.data.synthetic_mnist import SyntheticMNISTDataModule
 from lightning_hybrid.models import MLP, LeNet5, ResAttNet3D
 from lightning_hybrid.placement.memory import optimizer_slots, training_memory
 

@@ -29,7 +29,7 @@ def test_the_modules_that_import_lightning_are_glue_and_the_others_are_shared():
     assert "lightning_hybrid.strategies.step_count" in glue  # it imports pytorch_lightning
     # under a package that imports its exports on first use (PEP 562), a plain module is shared
     assert not {"lightning_hybrid.data.idx", "lightning_hybrid.data.adni_settings", "lightning_hybrid.cli.resume",
-                "lightning_hybrid.strategies.capabilities", "lightning_hybrid.strategies.process_watch"} & glue
+                "lightning_hybrid.strategies.capabilities", "lightning_hybrid.strategies.rank_exit_watch"} & glue
     assert {"lightning_hybrid.data", "lightning_hybrid.cli", "lightning_hybrid.strategies"} <= glue  # they export glue
     assert not {"lightning_hybrid.comm.delayed_allreduce", "lightning_hybrid.run_folder", "lightning_hybrid.namespace",
                 "lightning_hybrid.transfer"} & glue  # `from lightning_hybrid import run_folder` is not glue

@@ -100,7 +100,7 @@ def test_the_readme_and_the_site_show_the_same_table():
 
 def test_the_straggler_reports_advice_quotes_the_grid():
     """Every figure the straggler report prints comes from the grid's 'LeNet-5, 98 %' table it names."""
-    from lightning_hybrid.straggler import ADVICE, MEASURED, SOURCE
+    from lightning_hybrid.straggler_analysis import ADVICE, MEASURED, SOURCE
 
     assert "'LeNet-5, 98 %'" in SOURCE
     rows = {r["scenario"]: r for r in table_after(ZHANG, "LeNet-5, 98 %:")}
@@ -118,7 +118,7 @@ def test_the_straggler_reports_advice_quotes_the_grid():
 
 
 def test_the_straggler_reports_transient_advice_quotes_the_slow_link_table():
-    from lightning_hybrid.straggler import ADVICE, FAMILY_SOURCE, FAMILY_TRANSIENT
+    from lightning_hybrid.straggler_analysis import ADVICE, FAMILY_SOURCE, FAMILY_TRANSIENT
 
     assert "'Time to 98 % under each source, computed'" in FAMILY_SOURCE
     rows = {r["contender"]: r for r in table_after(LINK, "Time to 98 % under each source, computed:")}

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from conftest import run_train_script
-from lightning_hybrid.straggler import ADVICE, RankTimes, analyse
+from lightning_hybrid.straggler_analysis import ADVICE, RankTimes, analyse
 
 
 def ranks_in_step(own: list[list[float]], sync: float = 0.01, samples: int = 16) -> list[RankTimes]:

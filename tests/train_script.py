@@ -31,7 +31,7 @@ from lightning_hybrid import (
 from lightning_hybrid.strategies import ParameterServerStrategy
 from lightning_hybrid.callbacks import EpochTimer
 from lightning_hybrid.data.base import EpochSeededRandomSampler
-from lightning_hybrid.data.synthetic import synthetic_classification
+from lightning_hybrid.data.synthetic_mnist import synthetic_classification
 from lightning_hybrid.models import MLP
 from lightning_hybrid.callbacks import HeterogeneitySimulator
 from lightning_hybrid.straggler import StragglerReport

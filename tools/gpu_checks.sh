@@ -34,5 +34,5 @@ step tests_gpu "${TESTS_LIMIT:-300}" "$PY" -m pytest -m gpu tests/gpu -p no:cach
 # The throughput benchmark with nothing else running: its timings are reported.
 step adni_throughput "${THROUGHPUT_LIMIT:-150}" "$PY" benchmarks/adni_throughput.py ${THROUGHPUT_ARGS:-}
 step adni_throughput_96 60 "$PY" benchmarks/adni_throughput.py --shape 96 112 96 --contender device
-[ -n "${SKIP_ADNI_RUN:-}" ] || step adni_bf16 "${ADNI_LIMIT:-60}" "$PY" -m lightning_hybrid.cli experiment=akintoye2022_adni data=adni_synthetic trainer=gpu \
+[ -n "${SKIP_ADNI_RUN:-}" ] || step adni_bf16 "${ADNI_LIMIT:-60}" "$PY" -m lightning_hybrid.cli experiment=akintoye2022_adni data=adni_phantoms trainer=gpu \
   trainer.precision=bf16-mixed data.subjects=24 trainer.max_epochs=2 hydra.run.dir=/tmp/adni_bf16_run

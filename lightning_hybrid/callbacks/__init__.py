@@ -1,5 +1,5 @@
 """Lightning callbacks of the suite, one concept a module: epoch timing (``timing``), peak memory
-(``memory``), a memory budget checked before training (``memory_budget``), simulated heterogeneity (``simulator``), progress lines (``progress``), CSV logs continued
+(``peak_memory``), a memory budget checked before training (``memory_budget``), simulated heterogeneity (``simulator``), progress lines (``progress``), CSV logs continued
 across spawned stages (``csv_log``) and weights transferred from another run (``transfer_weights``).
 
 The names below are imported on first use (PEP 562), as in ``lightning_hybrid.data``.
@@ -11,7 +11,7 @@ from lightning_hybrid.lazy_exports import lazy_exports
 
 if TYPE_CHECKING:  # the names for type checkers; at run time, __getattr__ below imports them
     from lightning_hybrid.callbacks.csv_log import ContinueCSVLog
-    from lightning_hybrid.callbacks.memory import PeakMemoryMonitor
+    from lightning_hybrid.callbacks.peak_memory import PeakMemoryMonitor
     from lightning_hybrid.callbacks.memory_budget import MemoryBudget, MemoryBudgetExceeded
     from lightning_hybrid.callbacks.progress import ProgressLog
     from lightning_hybrid.callbacks.simulator import CALIBRATION_STEPS, HeterogeneitySimulator
@@ -26,7 +26,7 @@ LAZY = {
     "HeterogeneitySimulator": "lightning_hybrid.callbacks.simulator",
     "MemoryBudget": "lightning_hybrid.callbacks.memory_budget",
     "MemoryBudgetExceeded": "lightning_hybrid.callbacks.memory_budget",
-    "PeakMemoryMonitor": "lightning_hybrid.callbacks.memory",
+    "PeakMemoryMonitor": "lightning_hybrid.callbacks.peak_memory",
     "ProgressLog": "lightning_hybrid.callbacks.progress",
     "TransferWeights": "lightning_hybrid.callbacks.transfer_weights",
 }

@@ -11,7 +11,7 @@ from omegaconf import DictConfig
 from lightning_hybrid.cli.app import train
 from lightning_hybrid.cli.checks import user_error
 from lightning_hybrid.cli.data import data_command
-from lightning_hybrid.cli.plan import plan_command
+from lightning_hybrid.cli.plan_command import plan_command
 from lightning_hybrid.data.adni_settings import FLAT_NAMES
 
 

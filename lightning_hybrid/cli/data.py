@@ -1,4 +1,4 @@
-"""`lightning-hybrid data ...`: the subcommands that write data sets (make-adni-like, synth-adni, pack, augment-mnist)."""
+"""`lightning-hybrid data ...`: the subcommands that write data sets (make-adni-like, make-adni-phantoms, pack, augment-mnist)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,14 @@ log = logging.getLogger("lightning_hybrid")
 def data_command(argv: list[str]) -> None:
     """``lightning-hybrid data make-adni-like OUT --subjects N``: an ADNI-like cohort from real anatomy in
     ClinicaDL's layout (CAPS, TSVs, split folders; :mod:`lightning_hybrid.data.adni_like`);
-    ``lightning-hybrid data synth-adni --out DIR --subjects N``: synthetic geometric volumes and a CSV;
+    ``lightning-hybrid data make-adni-phantoms --out DIR --subjects N``: synthetic geometric volumes and a CSV;
     ``lightning-hybrid data pack --root MNIST_DIR --out STORE``: MNIST as a shard store;
     ``lightning-hybrid data augment-mnist --root MNIST_DIR --out STORE --samples N``: MNIST's training
     digits expanded with elastic and affine distortions to N samples, as a shard store (cNeural)."""
     import argparse
 
-    from lightning_hybrid.data.adni_phantoms import write_synthetic_adni
+    from lightning_hybrid.data.adni_phantoms import write_adni_phantoms
+    from lightning_hybrid.deprecation import warn_renamed
 
     parser = argparse.ArgumentParser(prog="lightning-hybrid data", description="Write data sets.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -32,7 +33,8 @@ def data_command(argv: list[str]) -> None:
     like.add_argument("--templates", default=None, help="folder with ch2.nii.gz, ch2bet.nii.gz, aal.nii.gz "
                       "(default: Debian's mricron-data, /usr/share/mricron/templates)")
     like.add_argument("--workers", type=int, default=None, help="processes (default: the machine's cores)")
-    synth = commands.add_parser("synth-adni", help="synthetic ADNI-like NIfTI volumes and their CSV")
+    synth = commands.add_parser("make-adni-phantoms", aliases=["synth-adni"], help="ellipsoid phantoms in ADNI's CSV layout "
+                                "(NIfTI volumes and their CSV; not anatomy: make-adni-like is)")
     synth.add_argument("--out", required=True, help="folder to write images/ and adni.csv into")
     synth.add_argument("--subjects", type=int, default=40)
     synth.add_argument("--shape", type=int, nargs=3, default=(64, 76, 64), metavar=("D", "H", "W"))
@@ -56,6 +58,8 @@ def data_command(argv: list[str]) -> None:
                              help="skip the md5 check of the files (for other data sets in MNIST's format)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if args.command == "synth-adni":
+        warn_renamed("lightning-hybrid data synth-adni", "lightning-hybrid data make-adni-phantoms", stacklevel=2)
 
     def read_mnist(split: str):
         from lightning_hybrid.data.idx import read_idx
@@ -109,5 +113,5 @@ def data_command(argv: list[str]) -> None:
         log.info("CAPS: %s/caps; TSVs: %s/labels.tsv and %s/split (train with data=adni_caps data.source.caps_directory=%s/caps "
                  "data.source.tsv_path=%s/split data.split.fold=0)", out, out, out, out, out)
         return
-    csv_path = write_synthetic_adni(args.out, subjects=args.subjects, shape=tuple(args.shape), seed=args.seed)
+    csv_path = write_adni_phantoms(args.out, subjects=args.subjects, shape=tuple(args.shape), seed=args.seed)
     log.info("CSV: %s", csv_path)

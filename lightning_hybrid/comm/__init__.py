@@ -7,7 +7,7 @@
   AllReduceASGDStrategy and of the hybrid strategy's data-parallel dimension.
 * :mod:`~lightning_hybrid.comm.delayed_averaging`: delayed gradient averaging over that exchange (each
   rank's own gradient at once, corrected by the average later): AllReduceASGDStrategy's default method.
-* :mod:`~lightning_hybrid.comm.local_sgd`: local SGD with an outer optimizer (DiLoCo), streamed.
+* :mod:`~lightning_hybrid.comm.outer_rounds`: local SGD with an outer optimizer (DiLoCo), streamed.
 * :mod:`~lightning_hybrid.comm.stop_signal`: a stop request carried in an exchange's buffer.
 * :mod:`~lightning_hybrid.comm.flat`: parameters and gradients as one flat buffer.
 

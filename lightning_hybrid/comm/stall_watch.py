@@ -19,7 +19,7 @@ error of its own, :func:`excused_wait`, does not count), the watch
    rank 0 to end the run and end themselves after a grace period if it does not.
 
 Plain Python and ``torch.distributed``'s store: the Lightning callback that beats and ends the run is
-:class:`lightning_hybrid.watchdog.Watchdog`.
+:class:`lightning_hybrid.watchdog.StallWatchdog`.
 """
 
 from __future__ import annotations

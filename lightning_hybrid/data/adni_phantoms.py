@@ -20,6 +20,8 @@ from pathlib import Path
 import nibabel as nib
 import numpy as np
 
+from lightning_hybrid.deprecation import renamed
+
 log = logging.getLogger(__name__)
 
 SPACING = (1.2, 1.0, 1.0)
@@ -62,7 +64,7 @@ def synthetic_affine(shape: tuple[int, int, int], spacing=SPACING) -> np.ndarray
     return affine
 
 
-def write_synthetic_adni(
+def write_adni_phantoms(
     out: str | Path,
     subjects: int = 40,
     shape: tuple[int, int, int] = (64, 76, 64),
@@ -99,3 +101,7 @@ def write_synthetic_adni(
         writer.writerows(rows)
     log.info("wrote %d scans of %d synthetic subjects to %s", len(rows), subjects, out)
     return csv_path
+
+
+#: ``write_synthetic_adni``, its name until 2026-11-29.
+__getattr__ = renamed(globals(), {"write_synthetic_adni": "lightning_hybrid.data.adni_phantoms:write_adni_phantoms"})

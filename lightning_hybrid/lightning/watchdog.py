@@ -1,9 +1,9 @@
 # Generated from lightning_hybrid/watchdog.py by `python tools/generate_lightning_namespace.py`: edit that file, not this one.
 """The watchdog: a run whose ranks stop making progress ends in seconds with every rank's stack.
 
-    trainer = pl.Trainer(strategy="ssp", devices=2, callbacks=[Watchdog(timeout_s=300)])   # the CLI adds it
+    trainer = pl.Trainer(strategy="ssp", devices=2, callbacks=[StallWatchdog(timeout_s=300)])   # the CLI adds it
 
-:class:`Watchdog` beats its rank's :class:`~lightning_hybrid.comm.stall_watch.StallWatch` at every
+:class:`StallWatchdog` beats its rank's :class:`~lightning_hybrid.comm.stall_watch.StallWatch` at every
 batch and every hook of the training, validation, test and prediction loops. When a rank gets no
 beat for ``timeout_s`` seconds (never less than ``slack`` times the longest gap between beats seen;
 a parameter-server worker's waits for its server do not count, they have a timeout of their own, and
@@ -26,6 +26,7 @@ import torch.distributed as dist
 
 from lightning_hybrid.comm.board import Board
 from lightning_hybrid.comm.stall_watch import StallWatch
+from lightning_hybrid.deprecation import renamed
 from lightning_hybrid.strategies.capabilities import capabilities_of
 
 _SESSIONS = itertools.count()
@@ -36,7 +37,7 @@ PEER_SHARE = 0.8
 
 def end_the_run(trainer: pl.Trainer, message: str) -> None:
     """Stop every process this one started, write ``message`` last, exit with status 1."""
-    watch = capabilities_of(trainer.strategy).process_watch
+    watch = capabilities_of(trainer.strategy).rank_exit_watch
     if watch is not None:
         watch.stop_all(message)  # does not return
     for process in getattr(trainer.strategy.launcher, "procs", None) or []:  # Lightning's launcher's ranks
@@ -46,7 +47,7 @@ def end_the_run(trainer: pl.Trainer, message: str) -> None:
     os._exit(1)
 
 
-class Watchdog(pl.Callback):
+class StallWatchdog(pl.Callback):
     """End a run whose ranks stopped making progress (see the module docstring).
 
     Args:
@@ -60,7 +61,7 @@ class Watchdog(pl.Callback):
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be positive seconds, got {timeout_s}")
         self.timeout_s, self.slack = float(timeout_s), float(slack)
-        self.setting = setting or f"Watchdog(timeout_s={timeout_s:g})"
+        self.setting = setting or f"StallWatchdog(timeout_s={timeout_s:g})"
         #: This rank's watch during a fit or test (None outside them).
         self.watch: StallWatch | None = None
 
@@ -96,3 +97,8 @@ class Watchdog(pl.Callback):
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._stop()
+
+
+#: ``Watchdog``, its name until 2026-11-29: it watches for stalls, beside the launcher's
+#: :class:`~lightning_hybrid.strategies.rank_exit_watch.RankExitWatch` (a rank that exits).
+__getattr__ = renamed(globals(), {"Watchdog": "lightning_hybrid.lightning.watchdog:StallWatchdog"})

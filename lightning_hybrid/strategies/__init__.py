@@ -3,7 +3,7 @@
 
 ``import lightning_hybrid`` registers each strategy's string aliases with Lightning's ``StrategyRegistry``
 (:mod:`lightning_hybrid.strategies.registry`). The names below are imported on first use (PEP 562), so
-that the plain modules here (``capabilities``, ``forked_ranks``, ``process_watch``, ``rank_states``)
+that the plain modules here (``capabilities``, ``forked_ranks``, ``rank_exit_watch``, ``rank_states``)
 import no Lightning and are one module under both Lightning namespaces.
 """
 

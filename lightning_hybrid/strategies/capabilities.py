@@ -86,7 +86,7 @@ class Capabilities:
     #: How long a peer may be silent before the strategy itself calls it lost (the watchdog waits a share of it).
     peer_timeout_s: float = float("inf")
     #: The watch over the processes this rank started (None: none, or Lightning's own launcher's).
-    process_watch: Any = None
+    rank_exit_watch: Any = None
     #: A parameter server's load report after fitting (rank 0; None: no server).
     server_load: Any = None
     #: Each rank holds only part of the model (the pipeline's stages) and :meth:`limit_memory` places the parts

@@ -21,7 +21,7 @@ from lightning_hybrid.strategies.capabilities import Capabilities
 from lightning_hybrid.strategies.checkpoint_io import AtomicCheckpointIO
 from lightning_hybrid.strategies.launcher import CheckingLauncher
 from lightning_hybrid.strategies.meeting import Agreement, Deferred, EveryBatch, meeting
-from lightning_hybrid.strategies.process_watch import CHILD_GRACE_S, LAUNCHER_PID_ENV, ProcessWatch, die_with_parent
+from lightning_hybrid.strategies.rank_exit_watch import CHILD_GRACE_S, LAUNCHER_PID_ENV, RankExitWatch, die_with_parent
 from lightning_hybrid.strategies.refusals import single_optimizer
 from lightning_hybrid.strategies.sync_points import SyncPoints
 
@@ -41,7 +41,7 @@ class CheckedDDPStrategy(Capabilities, DDPStrategy):
     the workers' backend chosen by :func:`~lightning_hybrid.comm.collectives.workers_backend`, a
     launcher that asks the strategy to refuse what it cannot run before any other process starts
     (:meth:`check_devices`, :meth:`check_trainer`) and watches the processes it starts
-    (:mod:`~lightning_hybrid.strategies.process_watch`), checkpoints saved atomically
+    (:mod:`~lightning_hybrid.strategies.rank_exit_watch`), checkpoints saved atomically
     (:class:`~lightning_hybrid.strategies.checkpoint_io.AtomicCheckpointIO`), registry names declared
     as data (:attr:`aliases`), and one callback of its own attached for a fit (:meth:`attach_callback`).
     The model is wrapped in DistributedDataParallel as usual (``ddp_kwargs`` go to it).
@@ -247,7 +247,7 @@ class CheckedDDPStrategy(Capabilities, DDPStrategy):
         thread or process group exists: the moment to fork what a rank will start later."""
 
     @property
-    def process_watch(self) -> ProcessWatch | None:
+    def rank_exit_watch(self) -> RankExitWatch | None:
         """The watch over the run's processes (in the process that started them; None elsewhere)."""
         return getattr(self._launcher, "watch", None)
 
@@ -265,8 +265,8 @@ class CheckedDDPStrategy(Capabilities, DDPStrategy):
         one did, else stopping the others so that its own error is printed last. A started rank
         first gives the main process time to do that (its failure may follow another's death)."""
         super().on_exception(exception)
-        if self.process_watch is not None:
-            self.process_watch.after_own_error()
+        if self.rank_exit_watch is not None:
+            self.rank_exit_watch.after_own_error()
         elif self._started_by_our_launcher():
             time.sleep(CHILD_GRACE_S)
 

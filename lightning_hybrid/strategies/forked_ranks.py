@@ -32,7 +32,7 @@ import torch
 
 class ForkedProcess:
     """The part of :class:`subprocess.Popen`'s interface that the launcher and
-    :class:`~lightning_hybrid.strategies.process_watch.ProcessWatch` use, for a forked child."""
+    :class:`~lightning_hybrid.strategies.rank_exit_watch.RankExitWatch` use, for a forked child."""
 
     def __init__(self, pid: int) -> None:
         self.pid = pid

@@ -14,20 +14,20 @@ from pytorch_lightning.strategies.launchers import _SubprocessScriptLauncher
 from pytorch_lightning.trainer.states import TrainerFn
 
 from lightning_hybrid.strategies.forked_ranks import fork_ranks
-from lightning_hybrid.strategies.process_watch import LAUNCHER_PID_ENV, ProcessWatch
+from lightning_hybrid.strategies.rank_exit_watch import LAUNCHER_PID_ENV, RankExitWatch
 
 
 class CheckingLauncher(_SubprocessScriptLauncher):
     """Lightning's subprocess launcher that first calls ``strategy.check_trainer(trainer, model)``
     (fitting) or ``strategy.check_evaluation(trainer, model)`` (validate, test, predict; when the
     strategy has it), so that a run the strategy cannot do fails before any other process starts,
-    and that watches the processes it starts with a :class:`~lightning_hybrid.strategies.process_watch.ProcessWatch`
+    and that watches the processes it starts with a :class:`~lightning_hybrid.strategies.rank_exit_watch.RankExitWatch`
     (``self.watch``) instead of Lightning's observer."""
 
     def __init__(self, strategy: Any, *args: Any) -> None:
         super().__init__(*args)
         self.strategy = strategy
-        self.watch: ProcessWatch | None = None
+        self.watch: RankExitWatch | None = None
 
     def launch(self, function: Callable, *args: Any, trainer: pl.Trainer | None = None, **kwargs: Any) -> Any:
         model = args[0] if args and isinstance(args[0], pl.LightningModule) else None
@@ -51,7 +51,7 @@ class CheckingLauncher(_SubprocessScriptLauncher):
                 self.strategy.on_ranks_forked()
             else:
                 self._call_children_scripts()
-            self.watch = ProcessWatch()
+            self.watch = RankExitWatch()
             first_rank = self.cluster_environment.node_rank() * self.num_processes
             for local_rank, process in enumerate(self.procs, start=1):
                 self.watch.add(self.strategy.process_role, first_rank + local_rank, process,

@@ -1,7 +1,7 @@
 """LocalSGDStrategy: each rank trains on its own for ``sync_every`` steps; an outer optimizer moves the
 shared weights by the ranks' average progress (DiLoCo), the averaging overlapped and streamed.
 
-Lightning glue only; the algorithm (exactly specified there) is :class:`lightning_hybrid.comm.local_sgd.LocalSGD`.
+Lightning glue only; the algorithm (exactly specified there) is :class:`lightning_hybrid.comm.outer_rounds.LocalSGD`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import torch
 from pytorch_lightning.trainer.states import TrainerFn
 from pytorch_lightning.utilities.rank_zero import rank_zero_warn
 
-from lightning_hybrid.comm.local_sgd import LocalSGD, validate
+from lightning_hybrid.comm.outer_rounds import LocalSGD, validate
 from lightning_hybrid.strategies.checked_ddp import CheckedDDPStrategy
 from lightning_hybrid.strategies.meeting import stop_if_agreed
 from lightning_hybrid.strategies.refusals import refuse_grad_scaler, refuse_manual_optimization

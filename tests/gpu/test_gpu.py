@@ -225,10 +225,10 @@ def test_adni_volumes_are_held_on_the_gpu_by_default_and_train(tmp_path):
 
     from lightning_hybrid import ClassifierModule
     from lightning_hybrid.data import ADNIDataModule
-    from lightning_hybrid.data.adni_phantoms import write_synthetic_adni
+    from lightning_hybrid.data.adni_phantoms import write_adni_phantoms
     from lightning_hybrid.models import ResAttNet3D
 
-    csv_path = write_synthetic_adni(tmp_path, subjects=16, shape=(40, 44, 40), seed=0)
+    csv_path = write_adni_phantoms(tmp_path, subjects=16, shape=(40, 44, 40), seed=0)
     dm = ADNIDataModule({"csv_path": csv_path}, view={"image_shape": (32, 32, 32)}, batch_size=4)
     module = ClassifierModule(ResAttNet3D(depth=18, base_channels=8))
     trainer = pl.Trainer(accelerator="gpu", devices=1, max_epochs=2, logger=False, enable_checkpointing=False,

@@ -1,6 +1,6 @@
 # Generated from lightning_hybrid/callbacks/__init__.py by `python tools/generate_lightning_namespace.py`: edit that file, not this one.
 """Lightning callbacks of the suite, one concept a module: epoch timing (``timing``), peak memory
-(``memory``), a memory budget checked before training (``memory_budget``), simulated heterogeneity (``simulator``), progress lines (``progress``), CSV logs continued
+(``peak_memory``), a memory budget checked before training (``memory_budget``), simulated heterogeneity (``simulator``), progress lines (``progress``), CSV logs continued
 across spawned stages (``csv_log``) and weights transferred from another run (``transfer_weights``).
 
 The names below are imported on first use (PEP 562), as in ``lightning_hybrid.lightning.data``.
@@ -12,7 +12,7 @@ from lightning_hybrid.lazy_exports import lazy_exports
 
 if TYPE_CHECKING:  # the names for type checkers; at run time, __getattr__ below imports them
     from lightning_hybrid.lightning.callbacks.csv_log import ContinueCSVLog
-    from lightning_hybrid.lightning.callbacks.memory import PeakMemoryMonitor
+    from lightning_hybrid.lightning.callbacks.peak_memory import PeakMemoryMonitor
     from lightning_hybrid.lightning.callbacks.memory_budget import MemoryBudget, MemoryBudgetExceeded
     from lightning_hybrid.lightning.callbacks.progress import ProgressLog
     from lightning_hybrid.lightning.callbacks.simulator import CALIBRATION_STEPS, HeterogeneitySimulator
@@ -27,7 +27,7 @@ LAZY = {
     "HeterogeneitySimulator": "lightning_hybrid.lightning.callbacks.simulator",
     "MemoryBudget": "lightning_hybrid.lightning.callbacks.memory_budget",
     "MemoryBudgetExceeded": "lightning_hybrid.lightning.callbacks.memory_budget",
-    "PeakMemoryMonitor": "lightning_hybrid.lightning.callbacks.memory",
+    "PeakMemoryMonitor": "lightning_hybrid.lightning.callbacks.peak_memory",
     "ProgressLog": "lightning_hybrid.lightning.callbacks.progress",
     "TransferWeights": "lightning_hybrid.lightning.callbacks.transfer_weights",
 }

@@ -38,6 +38,7 @@ from lightning_hybrid.lightning import namespace
 from lightning_hybrid.lightning.classifier import ClassifierModule
 from lightning_hybrid.lightning.callbacks import ContinueCSVLog, HeterogeneitySimulator, MemoryBudget, ProgressLog, TransferWeights
 from lightning_hybrid.cli.checks import check_checkpoint_readable, check_model_fits_data, check_optimizer
+from lightning_hybrid.deprecation import warn_renamed_options
 from lightning_hybrid.cli.relaunch import child_ranks_rerun_this_job, in_multirun
 from lightning_hybrid.cli.resume import compared_config, record_end, record_start, resolve_ckpt_path
 from lightning_hybrid.lightning.cli.slurm import submitit_task_as_rank, task_threads  # also registers ${lh_slurm:...}
@@ -45,7 +46,7 @@ from lightning_hybrid.lightning.preemption import Preemption, Stop
 from lightning_hybrid.lightning.strategies.checkpoint_io import AtomicCheckpointIO
 from lightning_hybrid.strategies.capabilities import capabilities_of
 from lightning_hybrid.transfer import transfer_checkpoint
-from lightning_hybrid.lightning.watchdog import Watchdog
+from lightning_hybrid.lightning.watchdog import StallWatchdog
 
 log = logging.getLogger("lightning_hybrid")
 
@@ -138,7 +139,7 @@ def build_callbacks(cfg: DictConfig, datamodule: Any = None) -> list[pl.Callback
     if progress_as_lines(cfg):
         callbacks.append(ProgressLog(every_s=float(cfg.get("progress_every_s", 30))))
     if cfg.get("watchdog_s") is not None:
-        callbacks.append(Watchdog(timeout_s=float(cfg.watchdog_s), setting=f"watchdog_s={cfg.watchdog_s}"))
+        callbacks.append(StallWatchdog(timeout_s=float(cfg.watchdog_s), setting=f"watchdog_s={cfg.watchdog_s}"))
     if cfg.get("transfer_path"):
         callbacks.append(TransferWeights(str(transfer_checkpoint(cfg.transfer_path))))  # a bad path fails here
     if cfg.get("memory_budget") is not None:
@@ -263,6 +264,8 @@ def train(cfg: DictConfig) -> dict[str, float]:
         as_given = compared_config(cfg)
         pl.seed_everything(cfg.seed, workers=True)
         spread_processes_over_gpus(cfg, torch.cuda.device_count() if torch.cuda.is_available() else 0)
+        if HydraConfig.initialized():
+            warn_renamed_options(HydraConfig.get().runtime.choices)
         datamodule = build(cfg.data)
         check_optimizer(cfg, build)
         module = build_module(cfg)

@@ -12,7 +12,7 @@ from omegaconf import DictConfig
 from lightning_hybrid.lightning.cli.app import train
 from lightning_hybrid.cli.checks import user_error
 from lightning_hybrid.lightning.cli.data import data_command
-from lightning_hybrid.lightning.cli.plan import plan_command
+from lightning_hybrid.lightning.cli.plan_command import plan_command
 from lightning_hybrid.data.adni_settings import FLAT_NAMES
 
 

@@ -408,7 +408,7 @@ class ADNIDataModule(InMemoryDataModule):
         return tuple(self._dataset(self.splits[split], split) for split in ("train", "val", "test"))
 
 
-class SyntheticADNIDataModule(ADNIDataModule):
+class PhantomADNIDataModule(ADNIDataModule):
     """:class:`ADNIDataModule` over synthetic volumes (:mod:`lightning_hybrid.data.adni_phantoms`), written
     into ``root`` first when its ``adni.csv`` is absent: the whole pipeline without ADNI access, in
     seconds (geometric shapes; :mod:`lightning_hybrid.data.adni_like` builds a cohort from real anatomy)."""
@@ -417,14 +417,14 @@ class SyntheticADNIDataModule(ADNIDataModule):
         self, root: str | Path, subjects: int = 40, volume_shape: Sequence[int] = (64, 76, 64), synth_seed: int = 0,
         source: None = None, **kwargs: Any,
     ) -> None:
-        from lightning_hybrid.data.adni_phantoms import write_synthetic_adni
+        from lightning_hybrid.data.adni_phantoms import write_adni_phantoms
 
         if source is not None:
-            raise ValueError("SyntheticADNIDataModule writes and reads root/adni.csv; set root, not source")
+            raise ValueError("PhantomADNIDataModule writes and reads root/adni.csv; set root, not source")
         csv_path = Path(root) / "adni.csv"
         if not csv_path.is_file():
             log.warning("writing %d SYNTHETIC subjects to %s (not ADNI data)", subjects, root)
-            write_synthetic_adni(root, subjects=subjects, shape=tuple(volume_shape), seed=synth_seed)
+            write_adni_phantoms(root, subjects=subjects, shape=tuple(volume_shape), seed=synth_seed)
         super().__init__(Source(csv_path=csv_path), **kwargs)
         self.save_hyperparameters({"root": str(root), "subjects": subjects, "volume_shape": [int(s) for s in volume_shape],
                                    "synth_seed": synth_seed}, logger=False)

@@ -275,9 +275,9 @@ class ParameterServerStrategy(CheckedDDPStrategy):
         if self.global_rank == 0:
             standby, self._standby_server = self._standby_server, None
             self._servers = server_launch.start_servers(shards, standby.start if standby is not None else None)
-            if self.process_watch is not None:
+            if self.rank_exit_watch is not None:
                 for settings, process in zip(shards, self._servers):
-                    self.process_watch.add(settings.name, None, process)
+                    self.rank_exit_watch.add(settings.name, None, process)
         self.client = server_launch.connect(shards, plan, self.global_rank, self.num_workers, self.timeout, self._wire_dtype)
         self.client.on_run_stopped = self._stopped_by_a_peer
         self.transport_used = server_launch.attach_transport(self.client, self.transport, self._flat.numel(),
@@ -439,7 +439,7 @@ class ParameterServerStrategy(CheckedDDPStrategy):
     def _stop_server(self, ask_to_end: Callable[[], Any], patience_s: float = 30.0) -> Any:
         """End the server (every shard) on purpose (:func:`~lightning_hybrid.parameter_server.server_launch.stop_servers`);
         what ``ask_to_end()`` returned."""
-        forget = self.process_watch.forget if self.process_watch is not None else None
+        forget = self.rank_exit_watch.forget if self.rank_exit_watch is not None else None
         answer = server_launch.stop_servers(self._servers, ask_to_end, patience_s, forget)  # ask_to_end may read _servers
         self._servers = []
         return answer

@@ -3,7 +3,7 @@
 Lightning's own observer of the child ranks polls every 5 s, logs at INFO level and SIGKILLs the
 main process, so a run whose worker died ended with a bare "Child process ... terminated" line or,
 worse, with the tracebacks of the survivors, which blame the process they were talking to.
-:class:`ProcessWatch` runs in the main process (the one that started the others: local rank 0):
+:class:`RankExitWatch` runs in the main process (the one that started the others: local rank 0):
 
 * it polls the processes it watches (the child ranks, and the parameter server where there is one)
   every ``interval`` seconds; when one ends with a non-zero code, it stops every other process it
@@ -87,7 +87,7 @@ def die_with_parent() -> None:
         os._exit(1)  # the main process died before the signal was armed
 
 
-class ProcessWatch:
+class RankExitWatch:
     """Watches processes of a run from its main process (see the module docstring).
 
     Args:
@@ -96,7 +96,7 @@ class ProcessWatch:
 
     Example::
 
-        >>> watch = ProcessWatch()
+        >>> watch = RankExitWatch()
         >>> # watch.add("worker", 1, popen); watch.start(); ...; watch.forget(popen) before ending it
     """
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from lightning_hybrid.strategies.process_watch import ProcessWatch
+from lightning_hybrid.strategies.rank_exit_watch import RankExitWatch
 
 
 def ended(code: int) -> subprocess.Popen:
@@ -20,7 +20,7 @@ def ended(code: int) -> subprocess.Popen:
 
 
 def test_a_killed_worker_is_named_before_the_server_that_failed_because_of_it():
-    watch = ProcessWatch()
+    watch = RankExitWatch()
     watch.add("parameter server", None, ended(1))  # added first, as the parameter-server strategy does
     watch.add("worker", 0, ended(0))
     watch.add("worker", 1, ended(-9))
@@ -29,20 +29,20 @@ def test_a_killed_worker_is_named_before_the_server_that_failed_because_of_it():
 
 
 def test_a_rank_that_failed_is_named_before_a_server_that_failed_with_it():
-    watch = ProcessWatch()
+    watch = RankExitWatch()
     watch.add("parameter server", None, ended(1))
     watch.add("worker", 1, ended(2))
     assert watch.dead().rank == 1
 
 
 def test_a_killed_server_is_named_before_the_ranks_that_lost_it():
-    watch = ProcessWatch()
+    watch = RankExitWatch()
     watch.add("worker", 1, ended(1))
     watch.add("parameter server", None, ended(-9))
     assert watch.dead().role == "parameter server"
 
 
 def test_no_death_no_name():
-    watch = ProcessWatch()
+    watch = RankExitWatch()
     watch.add("worker", 1, ended(0))
     assert watch.dead() is None

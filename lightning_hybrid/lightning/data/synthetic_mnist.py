@@ -1,4 +1,4 @@
-# Generated from lightning_hybrid/data/synthetic.py by `python tools/generate_lightning_namespace.py`: edit that file, not this one.
+# Generated from lightning_hybrid/data/synthetic_mnist.py by `python tools/generate_lightning_namespace.py`: edit that file, not this one.
 """A synthetic stand-in for MNIST, for offline smoke runs: same shapes, learnable, and clearly labelled."""
 
 from __future__ import annotations

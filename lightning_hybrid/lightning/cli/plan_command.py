@@ -1,4 +1,4 @@
-# Generated from lightning_hybrid/cli/plan.py by `python tools/generate_lightning_namespace.py`: edit that file, not this one.
+# Generated from lightning_hybrid/cli/plan_command.py by `python tools/generate_lightning_namespace.py`: edit that file, not this one.
 """``lightning-hybrid plan``: every placement method's stages and predicted bottleneck, side by side.
 
     lightning-hybrid plan model=resattnet3d_18 devices=[1,2] input=[1,64,76,64] batch=6

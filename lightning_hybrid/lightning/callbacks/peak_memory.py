@@ -1,4 +1,4 @@
-# Generated from lightning_hybrid/callbacks/memory.py by `python tools/generate_lightning_namespace.py`: edit that file, not this one.
+# Generated from lightning_hybrid/callbacks/peak_memory.py by `python tools/generate_lightning_namespace.py`: edit that file, not this one.
 """Peak memory: each rank's largest allocation of a run, logged."""
 
 from __future__ import annotations
