@@ -21,7 +21,7 @@ TRANSIENT_SHARE, TRANSIENT_FACTOR = 0.03, 1.25
 SOURCE = "recipes/zhang2017_delay_sync/README.md, the grid's 'LeNet-5, 98 %' table"
 #: The figures the advice quotes: (lowest, highest) of DDP's time to 98 % over the strategy's, across the grid's
 #: straggler sources (compute, a callback after each step, data loading, CPU contention) of one pattern.
-#: ``tests/test_numbers.py`` recomputes each from SOURCE's table.
+#: ``tests/repository/test_numbers.py`` recomputes each from SOURCE's table.
 MEASURED = {
     "persistent/balanced": (1.55, 2.26),
     "persistent/ssp": (1.48, 1.84),
@@ -31,7 +31,7 @@ MEASURED = {
 }
 
 #: Transient stragglers in the slow-link table (each rank 8x slower with probability 0.1 a step; LeNet-5 to 98 %,
-#: 2 ranks, medians of 3 seeds): DDP's time over the contender's, computed (samples over throughput). ``tests/test_numbers.py`` reads them there.
+#: 2 ranks, medians of 3 seeds): DDP's time over the contender's, computed (samples over throughput). ``tests/repository/test_numbers.py`` reads them there.
 FAMILY_SOURCE = "docs/strategies/allreduce-asgd.md, 'Time to 98 % under each source, computed'"
 FAMILY_TRANSIENT = {"local_h32": 1.97, "dga_d2": 1.17}
 

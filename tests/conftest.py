@@ -23,7 +23,13 @@ import torch
 
 from lightning_hybrid.data.idx import write_idx
 from lightning_hybrid.strategies.forked_ranks import ForkedProcess
-from threads import threads_per_process
+
+# tests/ mirrors the package's folders; the helpers and the scripts the tests run are in tests/support/,
+# importable by every test module (and by the scripts themselves: a script's own folder comes first).
+SUPPORT = Path(__file__).resolve().with_name("support")
+sys.path.insert(0, str(SUPPORT))
+
+from threads import threads_per_process  # noqa: E402
 
 # Tests that start processes with multiprocessing use "forkserver": each process is forked from a
 # server that has imported these once (a "spawn" would import torch and Lightning again, 4 s of CPU).
@@ -39,7 +45,7 @@ REAL_MNIST = REPO.parent / "shared" / "data" / "mnist"
 # shapes (gloo: torch's ProcessGroupWrapper), so that a desynchronised run fails at once, naming the
 # mismatch, instead of hanging until a timeout. collective_check/sitecustomize.py, loaded by every
 # Python the tests start, keeps Lightning's DDPStrategy from crashing under it (see there).
-COLLECTIVE_CHECK = Path(__file__).with_name("collective_check")
+COLLECTIVE_CHECK = SUPPORT / "collective_check"
 os.environ["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"
 os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(COLLECTIVE_CHECK), os.environ.get("PYTHONPATH")) if p)
 torch.distributed.set_debug_level_from_env()
@@ -75,7 +81,7 @@ def tiny_mnist(tmp_path: Path) -> Path:
     return folder
 
 
-TRAIN_SCRIPT = Path(__file__).with_name("train_script.py")
+TRAIN_SCRIPT = SUPPORT / "train_script.py"
 #: The reference setting the equivalence tests share (2 processes of batch 16, 3 epochs, SGD with momentum).
 REFERENCE = ("--devices", "2", "--batch-size", "16", "--epochs", "3", "--lr", "0.05", "--momentum", "0.9")
 
@@ -116,7 +122,7 @@ class ZygoteProcess(ForkedProcess):
 
 
 class Zygote:
-    """Client of ``tests/zygote.py``: runs ``python ARGV`` as a process forked from a Python that has
+    """Client of ``tests/support/zygote.py``: runs ``python ARGV`` as a process forked from a Python that has
     already imported torch, Lightning and Hydra (started once per pytest worker), returning what
     :func:`subprocess.run` with ``capture_output=True, text=True`` would (:meth:`run`), or, started
     with its output in files or a terminal, a process to wait for (:meth:`start`: several at once, as
@@ -138,7 +144,7 @@ class Zygote:
                 return
             data = os.read(fd, 65536)
             if not data:
-                raise RuntimeError(f"the zygote (tests/zygote.py) ended with {cls._process.wait()}")
+                raise RuntimeError(f"the zygote (tests/support/zygote.py) ended with {cls._process.wait()}")
             cls._replies += data
             while b"\n" in cls._replies:
                 line, cls._replies = cls._replies.split(b"\n", 1)
@@ -174,7 +180,7 @@ class Zygote:
                     os.close(fd)
         if cls._process is None or cls._process.poll() is not None:
             cls._process = subprocess.Popen(
-                [sys.executable, str(Path(__file__).with_name("zygote.py"))], stdin=subprocess.PIPE,
+                [sys.executable, str(SUPPORT / "zygote.py")], stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE, env=clean_env(),
             )
             cls._replies, cls._started, cls._ended = b"", {}, {}
@@ -226,7 +232,7 @@ def run_script(
 
 
 def run_train_script(out: Path, *args: str, **kwargs: Any) -> subprocess.CompletedProcess:
-    """:func:`run_script` of tests/train_script.py (a user's script training a small classifier)."""
+    """:func:`run_script` of tests/support/train_script.py (a user's script training a small classifier)."""
     return run_script(TRAIN_SCRIPT, out, *args, **kwargs)
 
 

@@ -9,7 +9,7 @@ import pytest
 from hydra.core.hydra_config import HydraConfig
 
 from lightning_hybrid.deprecation import RENAMED_OPTIONS, warn_renamed_options
-from test_configs import compose_run
+from suite_configs import compose_run
 
 
 @pytest.mark.parametrize("module, old, new_module, new", [

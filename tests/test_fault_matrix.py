@@ -20,9 +20,9 @@ import pytest
 import torch
 
 from conftest import alive
+from leftovers import shared_memory_left
 from preemption_callbacks import CASES
-from test_faults import shared_memory_left
-from test_preemption import STRATEGIES, callbacks, last_line, run
+from preemption_runs import STRATEGIES, callbacks, last_line, run
 
 pytestmark = [pytest.mark.multiprocess,
               pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads process states from /proc (Linux)")]

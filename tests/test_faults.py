@@ -14,20 +14,13 @@ import pytest
 import torch
 
 from conftest import alive, run_train_script, shared_train_script
+from leftovers import shared_memory_left
 
 pytestmark = pytest.mark.multiprocess
 
 
 def pids(out: Path) -> dict[str, int]:
     return {f.name.removeprefix("pid_"): int(f.read_text()) for f in out.glob("pid_*")}
-
-
-def shared_memory_left(started: dict[str, int]) -> list[str]:
-    """Parameter-server segments in /dev/shm made by these processes (named lh-ps-<pid>-...)."""
-    shm = Path("/dev/shm")
-    if not shm.is_dir():
-        return []
-    return [p.name for p in shm.iterdir() if any(p.name.startswith(f"lh-ps-{pid}-") for pid in started.values())]
 
 
 def last_line(text: str) -> str:

@@ -16,9 +16,9 @@ import torch
 
 import lightning_hybrid
 import lightning_hybrid.lightning  # noqa: F401  (how aliases reach L.Trainer whatever was imported first: docs/python.md)
-from conftest import clean_env
+from conftest import SUPPORT, clean_env
 from lightning_hybrid import namespace
-from test_configs import suite_aliases
+from suite_configs import suite_aliases
 
 TESTS = Path(__file__).parent
 
@@ -171,9 +171,9 @@ def test_a_type_checker_resolves_our_classes_under_each_namespace(tmp_path):
 
 
 def fit(out: Path, *args: str) -> dict:
-    """tests/namespace_script.py in a new interpreter (the tests' zygote has imported pytorch_lightning)."""
+    """tests/support/namespace_script.py in a new interpreter (the tests' zygote has imported pytorch_lightning)."""
     out.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run([sys.executable, str(TESTS / "namespace_script.py"), str(out), *args], env=clean_env(),
+    proc = subprocess.run([sys.executable, str(SUPPORT / "namespace_script.py"), str(out), *args], env=clean_env(),
                           capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return torch.load(out / "result.pt")
@@ -181,7 +181,7 @@ def fit(out: Path, *args: str) -> dict:
 
 @pytest.mark.multiprocess
 def test_a_user_s_module_trains_in_either_namespace_with_or_without_the_other_installed(tmp_path):
-    # Both installed, `lightning`: tests/test_tutorial.py (every alias) and the alias test above.
+    # Both installed, `lightning`: tests/repository/test_tutorial.py (every alias) and the alias test above.
     only_lightning = fit(tmp_path / "lightning", "--namespace", "lightning", "--strategy", "allreduce_asgd",
                          "--block", "pytorch_lightning", "lightning_fabric")
     only_pl = fit(tmp_path / "pl", "--namespace", "pytorch_lightning", "--strategy", "allreduce_asgd", "--block", "lightning")

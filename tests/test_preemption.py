@@ -18,13 +18,11 @@ import pytest
 import torch
 
 from conftest import Zygote, alive, clean_env, free_port
+from preemption_runs import SMALL, STRATEGIES, SUPPORT, callbacks, last_line, run
 from threads import threads_per_process
 
 from lightning_hybrid import run_folder
 from lightning_hybrid.preemption import Stop, requeue_slurm_job, slurm_job_id
-
-TESTS = Path(__file__).parent
-
 
 # ---------------------------------------------------------------------- the run folder, plain Python
 CONFIG = {"seed": 0, "model": {"hidden": 32}, "trainer": {"max_epochs": 4}, "paths": {"output_dir": "x"}, "test": True}
@@ -106,51 +104,10 @@ def test_requeue_runs_scontrol_with_the_job_id(tmp_path, monkeypatch):
 
 
 # ---------------------------------------------------------------------- runs of the command, stopped
-SMALL = ("experiment=smoke", "trainer.max_epochs=4", "trainer.limit_train_batches=6", "test=false",
-         "allow_cpu_oversubscription=true", "trainer.enable_progress_bar=false", "progress=bar")
-#: Each strategy at a setting where it is deterministic (staleness 0); ranks forked from the
-#: command's process (faster to start) except under ddp (Lightning's launcher) and ssp (ours), which rerun
-#: the command for each rank as users' runs do.
-STRATEGIES = {
-    "ddp": ("strategy=ddp",),
-    "balanced": ("strategy=balanced", "strategy.fork_ranks=true"),
-    "ssp": ("strategy=ssp", "strategy.staleness=0"),  # our launcher rerunning the command, as users run it
-    # The delayed all-reduce (DGA) and local SGD are deterministic at any delay; a stop lands up to their delay (or
-    # round) after the signal, so their epochs have 6 batches, room for each case's stop within the epoch.
-    "allreduce_asgd": ("strategy=allreduce_asgd", "strategy.delay=1", "strategy.fork_ranks=true", "data.num_train=1024"),
-    "local_sgd": ("strategy=local_sgd", "strategy.sync_every=2", "strategy.delay=1", "strategy.fork_ranks=true",
-                  "data.num_train=1024"),
-    "cneural": ("strategy=cneural", "strategy.fork_ranks=true"),
-    "hybrid": ("strategy=hybrid", "strategy.placement=uniform", "strategy.fork_ranks=true"),
-}
-
-
-def run(*overrides: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 180) -> subprocess.CompletedProcess:
-    """``lightning-hybrid`` with the tests' callbacks importable in every rank."""
-    env = clean_env(HYDRA_FULL_ERROR="0", PYTHONWARNINGS="ignore", PYTHONPATH=str(TESTS), **(env or {}))
-    return Zygote.run(["-m", "lightning_hybrid.cli", *SMALL, *overrides, f"cpu_threads_per_process={threads_per_process(2)}"],
-                      env, cwd, timeout)
-
-
-def callbacks(folder: Path, name: str, **signal_at: object) -> list[str]:
-    added = ["+callbacks.final._target_=preemption_callbacks.FinalParameters", f"+callbacks.final.path={folder / name}.pt",
-             "+callbacks.pids._target_=preemption_callbacks.Pids", f"+callbacks.pids.folder={folder / 'pids'}"]
-    if signal_at:
-        added += ["+callbacks.signal._target_=preemption_callbacks.SignalAt", f"+callbacks.signal.marker={folder / 'signalled'}"]
-        added += [f"+callbacks.signal.{key}={value}" for key, value in signal_at.items()]
-    return added
-
-
-def last_line(proc: subprocess.CompletedProcess) -> str:
-    """The last line of the run's log (standard output; warnings go to standard error)."""
-    lines = [line for line in proc.stdout.splitlines() if line.strip()]
-    return lines[-1] if lines else ""
-
-
 def slurm_tasks(tmp_path: Path, overrides: tuple[str, ...], port: int, scontrol_dir: Path) -> list[subprocess.CompletedProcess]:
     """The command as the 2 tasks of SLURM job 4242 (``srun`` variables, one rank each), started together
-    (each forked from the tests' pre-imported Python: tests/zygote.py)."""
-    env = {k: v for k, v in clean_env(HYDRA_FULL_ERROR="0", PYTHONWARNINGS="ignore", PYTHONPATH=str(TESTS)).items()
+    (each forked from the tests' pre-imported Python: tests/support/zygote.py)."""
+    env = {k: v for k, v in clean_env(HYDRA_FULL_ERROR="0", PYTHONWARNINGS="ignore", PYTHONPATH=str(SUPPORT)).items()
            if k not in ("RANK",) and not k.startswith("SLURM_")}
     env["PATH"] = f"{scontrol_dir}{os.pathsep}{env['PATH']}"
     argv = ["-m", "lightning_hybrid.cli", *SMALL, *overrides, f"cpu_threads_per_process={threads_per_process(2)}"]
@@ -311,7 +268,7 @@ def test_ctrl_c_in_a_terminal_stops_ranks_and_servers_that_all_receive_it(tmp_pa
     command = [sys.executable, "-m", "lightning_hybrid.cli", *SMALL, *STRATEGIES["ssp"], "trainer.devices=2",
                f"hydra.run.dir={tmp_path / 'run'}", f"cpu_threads_per_process={threads_per_process(2)}",
                *callbacks(tmp_path, "resumed", epoch=1, batch=1, signame="SIGINT", process_group="true")]
-    env = clean_env(HYDRA_FULL_ERROR="0", PYTHONWARNINGS="ignore", PYTHONPATH=str(TESTS))
+    env = clean_env(HYDRA_FULL_ERROR="0", PYTHONWARNINGS="ignore", PYTHONPATH=str(SUPPORT))
     logs = tmp_path / "out.log", tmp_path / "err.log"
     process = Zygote.start(command[1:], env, tmp_path, *logs, new_session=True)  # a process group of its own, as a terminal's job
     try:

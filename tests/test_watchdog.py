@@ -10,7 +10,7 @@ import time
 import pytest
 
 from lightning_hybrid.comm.stall_watch import StallWatch, describe_position, stall_message
-from test_preemption import run
+from preemption_runs import run
 
 
 def test_a_stalled_rank_reports_where_its_main_thread_waits(tmp_path):

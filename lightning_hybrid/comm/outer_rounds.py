@@ -29,7 +29,7 @@ validation, at an epoch's end) every fragment ends its round early if it took st
 average is applied in order, the weights become ``theta`` on every rank, and the steps count from 0
 again. With ``H = 1``, plain averaging (``outer="average"``: an outer SGD of rate 1 without momentum)
 and a linear inner optimizer (SGD, with momentum or not) this is the delayed all-reduce of ``delay``
-steps, and with ``delay = 0`` it is DDP (tests/test_local_sgd.py checks both, and every setting
+steps, and with ``delay = 0`` it is DDP (tests/comm/test_local_sgd.py checks both, and every setting
 against a one-process reference of the same rules).
 
 Plain torch.distributed: usable without Lightning::

@@ -200,7 +200,7 @@ class ShardedClient:
         """Every shard's reply, each awaited at once (a thread a shard beyond the first): a shard sends its reply
         when its peers' part of a clipped step's norm arrives, and its send waits for this worker's receive,
         so waiting for the shards one after another can wait for a shard that waits for another worker that
-        waits for a shard this worker has not yet listened to (tests/test_step_settings.py, 2 shards)."""
+        waits for a shard this worker has not yet listened to (tests/parameter_server/test_step_settings.py, 2 shards)."""
         infos: list[PullInfo | None] = [None] * len(self.clients)
         errors: list[BaseException] = []
 

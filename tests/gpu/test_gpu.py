@@ -23,7 +23,7 @@ import torch
 
 TESTS = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TESTS))
-from conftest import REAL_MNIST, run_script, run_train_script  # noqa: E402
+from conftest import REAL_MNIST, SUPPORT, run_script, run_train_script  # noqa: E402
 
 # On GPUs the ranks are started as users start them by default (each runs the script anew): a fork
 # must not follow CUDA's initialization, and this is the path the GPU checks are for.
@@ -134,12 +134,12 @@ def test_balanced_on_two_gpus_over_nccl_equals_one_process(tmp_path, single_proc
 
 
 # ---------------------------------------------------------------------- pipeline and partitioned inference
-HYBRID = TESTS / "hybrid_script.py"
-PARTITION = TESTS / "partition_script.py"
+HYBRID = SUPPORT / "hybrid_script.py"
+PARTITION = SUPPORT / "partition_script.py"
 
 
 def test_pipeline_on_one_gpu_equals_one_device(tmp_path):
-    from test_hybrid_strategy import assert_state_equal, reference_steps
+    from hybrid_reference import assert_state_equal, reference_steps
 
     run_script(HYBRID, tmp_path, "--stages", "1", "--speeds", "1", "--samples", "32", "--batch", "32", "--epochs", "2", "--momentum", "0.9",
                *GPU)
@@ -153,7 +153,7 @@ def test_pipeline_bf16_mixed_on_one_gpu(tmp_path):
 
 
 def test_two_pipeline_stages_sharing_one_gpu_equal_one_device(tmp_path):
-    from test_hybrid_strategy import assert_state_equal, reference_steps
+    from hybrid_reference import assert_state_equal, reference_steps
 
     run_script(HYBRID, tmp_path, "--stages", "2", "--samples", "32", "--batch", "32", "--epochs", "2", "--momentum", "0.9",
                *GPU, "--processes-per-device", "2")
@@ -163,7 +163,7 @@ def test_two_pipeline_stages_sharing_one_gpu_equal_one_device(tmp_path):
 
 @two_gpus
 def test_two_pipeline_stages_on_two_gpus_equal_one_device(tmp_path):
-    from test_hybrid_strategy import assert_state_equal, reference_steps
+    from hybrid_reference import assert_state_equal, reference_steps
 
     run_script(HYBRID, tmp_path, "--stages", "2", "--samples", "32", "--batch", "32", "--epochs", "2", "--momentum", "0.9",
                *GPU)
@@ -245,7 +245,7 @@ def test_pipeline_stages_sharing_one_gpu_hold_only_their_part(tmp_path):
     """4 blocks of Linear(4096, 4096) built in configure_model(), 2 stages on one GPU: each process
     materialises only its 2 blocks, and its peak CUDA allocation (max_memory_allocated above the start)
     stays within 1.3x the plan's estimate of its stage."""
-    run_script(TESTS / "stage_memory_script.py", tmp_path, "--stages", "2", "--width", "4096", "--steps", "2",
+    run_script(SUPPORT / "stage_memory_script.py", tmp_path, "--stages", "2", "--width", "4096", "--steps", "2",
                "--accelerator", "gpu", "--processes-per-device", "2")
     ranks = load(tmp_path / "result.pt")["ranks"]
     for rank, (real, freed, peak, estimate) in enumerate(ranks):
@@ -267,7 +267,7 @@ STOP_ACCELERATOR = "gpu"
 
 @pytest.mark.parametrize("strategy", list(GPU_STOPS))
 def test_sigterm_on_a_gpu_stops_and_the_same_command_resumes_to_the_uninterrupted_result(tmp_path, strategy):
-    from test_preemption import callbacks, last_line, run
+    from preemption_runs import callbacks, last_line, run
 
     # Deterministic kernels: without them cuDNN's weight gradients differ run to run (on an H200 the
     # resumed and the uninterrupted runs' first conv weights ended about 1e-4 apart under each strategy).
