@@ -22,16 +22,21 @@ ROOT = Path(__file__).resolve().parents[1]
 STATEMENTS = {"without": "import lightning_hybrid, lightning.pytorch", "with": "import lightning_hybrid.lightning"}
 
 
-def seconds(statement: str, tree: Path) -> float:
-    """One fresh interpreter's wall time to run ``statement`` with ``tree`` first on its path."""
+def seconds(statement: str, tree: Path) -> tuple[float, float]:
+    """One fresh interpreter running ``statement`` with ``tree`` first on its path: its wall time (start-up and
+    exit included), and the seconds ``-X importtime`` counts in its imports (every module's own time, summed)."""
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(tree)!r}); {statement}"],
-                   check=True, capture_output=True, cwd=tree)
-    return time.perf_counter() - start
+    done = subprocess.run([sys.executable, "-X", "importtime", "-c",
+                           f"import sys; sys.path.insert(0, {str(tree)!r}); {statement}"],
+                          check=True, capture_output=True, text=True, cwd=tree)
+    wall = time.perf_counter() - start
+    imports = sum(int(line.split("|")[0].split(":")[1]) for line in done.stderr.splitlines()
+                  if line.startswith("import time:") and "self [us]" not in line) / 1e6
+    return wall, imports
 
 
-def measure(tree: Path, repeats: int) -> dict[str, list[float]]:
-    times: dict[str, list[float]] = {key: [] for key in STATEMENTS}
+def measure(tree: Path, repeats: int) -> dict[str, list[tuple[float, float]]]:
+    times: dict[str, list[tuple[float, float]]] = {key: [] for key in STATEMENTS}
     seconds(STATEMENTS["with"], tree)  # warm: .pyc files written, the page cache filled
     for _ in range(repeats):
         for key, statement in STATEMENTS.items():
@@ -55,12 +60,15 @@ def main() -> None:
         finally:
             if args.before:
                 subprocess.run(["git", "worktree", "remove", "--force", f"{tmp}/before"], cwd=ROOT, capture_output=True)
-    print(f"| tree | `{STATEMENTS['without']}` s | `{STATEMENTS['with']}` s | difference s (median of pairs) |")
-    print("|---|---|---|---|")
+    print(f"| tree | measure | `{STATEMENTS['without']}` s | `{STATEMENTS['with']}` s | difference s (median of pairs, range) |")
+    print("|---|---|---|---|---|")
     for name, times in results.items():
-        pairs = [w - wo for w, wo in zip(times["with"], times["without"])]
-        print(f"| {name} | {statistics.median(times['without']):.3f} | {statistics.median(times['with']):.3f} | "
-              f"{statistics.median(pairs):+.3f} ({min(pairs):+.3f} to {max(pairs):+.3f}) |")
+        for index, measure_name in enumerate(("wall (start-up and exit included)", "-X importtime (imports' own time)")):
+            without = [t[index] for t in times["without"]]
+            with_ = [t[index] for t in times["with"]]
+            pairs = [w - wo for w, wo in zip(with_, without)]
+            print(f"| {name} | {measure_name} | {statistics.median(without):.3f} | {statistics.median(with_):.3f} | "
+                  f"{statistics.median(pairs):+.3f} ({min(pairs):+.3f} to {max(pairs):+.3f}) |")
 
 
 if __name__ == "__main__":
