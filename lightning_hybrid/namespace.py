@@ -71,11 +71,16 @@ def lightning_name(name: str) -> str:
     mirror (a plain module's mirror re-exports its objects): no source is read, so the command line pays
     nothing for it."""
     def rename(match: re.Match[str]) -> str:
-        parts = match.group(1).split(".")[1:]
-        known = any(_source_of(".".join((PACKAGE, *parts[:end]))) for end in range(len(parts), 0, -1))
-        return MIRROR + match.group(1) if known else match.group(0)
+        return MIRROR + match.group(1) if _own_module(match.group(1)) else match.group(0)
 
     return _OWN_NAME.sub(rename, _RENAME.sub(lambda m: RENAMES[m.group(1)], name))
+
+
+def _own_module(suffix: str) -> str | None:
+    """The package's module that ``lightning_hybrid<suffix>`` names (its longest module prefix), or None."""
+    parts = suffix.split(".")[1:]
+    return next((module for end in range(len(parts), 0, -1)
+                 if _source_of(module := ".".join((PACKAGE, *parts[:end]))) is not None), None)
 
 
 # ---------------------------------------------------------------------- which modules are glue
@@ -162,13 +167,8 @@ def lightning_source(source: str, mirrored: bool) -> str:
         return source
     glue = glue_modules()
 
-    def rename(match: re.Match[str]) -> str:
-        parts = match.group(1).split(".")[1:]
-        for end in range(len(parts), 0, -1):  # the longest module prefix decides
-            module = ".".join((PACKAGE, *parts[:end]))
-            if _source_of(module) is not None:
-                return MIRROR + match.group(1) if module in glue else match.group(0)
-        return match.group(0)
+    def rename(match: re.Match[str]) -> str:  # the longest module prefix decides
+        return MIRROR + match.group(1) if _own_module(match.group(1)) in glue else match.group(0)
 
     source = _OWN_NAME.sub(rename, source)
     return re.sub(rf"^(\s*from\s+){PACKAGE}(\s+import\b)", rf"\g<1>{MIRROR}\g<2>", source, flags=re.M)

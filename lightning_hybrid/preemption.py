@@ -50,7 +50,8 @@ from pytorch_lightning.utilities.exceptions import SIGTERMException
 from lightning_hybrid.fit_stop import CHECKPOINT_NAME, EPOCH_END_NAME, Stop
 from lightning_hybrid.strategies.checked_ddp import CheckedDDPStrategy
 from lightning_hybrid.strategies.capabilities import capabilities_of
-from lightning_hybrid.strategies.meeting import Deferred, meeting
+from lightning_hybrid.strategies.agreements import Deferred
+from lightning_hybrid.strategies.meeting import meeting
 
 log = logging.getLogger(__name__)
 

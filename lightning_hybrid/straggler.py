@@ -35,7 +35,8 @@ import torch.distributed as dist
 from lightning_hybrid.comm.collectives import all_gather_object
 from lightning_hybrid.comm.regime import classify, measure_link, round_trips, sent_bytes
 from lightning_hybrid.say import say
-from lightning_hybrid.strategies.meeting import EveryBatch, meeting
+from lightning_hybrid.strategies.agreements import EveryBatch
+from lightning_hybrid.strategies.meeting import meeting
 from lightning_hybrid.straggler_analysis import (  # noqa: F401  (plain: one object under both namespaces)
     ADVICE, MEASURED, PERSISTENT_SHARE, SLOW_FACTOR, SOURCE, TRANSIENT_FACTOR, TRANSIENT_SHARE, LinkRegime, RankTimes,
     StragglerFinding, analyse)

@@ -22,12 +22,12 @@ from lightning_hybrid.comm.delayed_averaging import DelayedGradientAveraging
 from lightning_hybrid.comm.regime import lanes
 from lightning_hybrid.parameter_server.update_rule import MOMENTUM_CORRECTIONS, UpdateRule
 from lightning_hybrid.strategies.checked_ddp import CheckedDDPStrategy
+from lightning_hybrid.strategies.agreements import Agreement, Carried, EveryBatch
 from lightning_hybrid.strategies.meeting import stop_if_agreed
 from lightning_hybrid.strategies.refusals import refuse_grad_scaler, refuse_manual_optimization
 from lightning_hybrid.strategies.replaced_step import ReplacedStep, unwrap_optimizer
 from lightning_hybrid.strategies.clip_record import ClipRecord
 from lightning_hybrid.strategies.even_batches import EvenBatches, even_batches
-from lightning_hybrid.strategies.meeting import Agreement, Carried, EveryBatch
 from lightning_hybrid.strategies.rank_states import RankStates
 
 #: Where a checkpoint written between sync points keeps the pending averages and the model they are still to

@@ -38,7 +38,7 @@ from lightning_hybrid.balance import (
 from lightning_hybrid.comm.collectives import all_gather
 from lightning_hybrid.strategies.checked_ddp import CheckedDDPStrategy
 from lightning_hybrid.strategies.refusals import refuse_manual_optimization, refuse_unindexed_training_data
-from lightning_hybrid.strategies.meeting import Agreement, Deferred, EveryBatch
+from lightning_hybrid.strategies.agreements import Agreement, Deferred, EveryBatch
 
 __all__ = ["BalanceEpochs", "BalancedDataParallelStrategy"]
 

@@ -31,7 +31,8 @@ from lightning_hybrid.placement.pipeline_options import check_pipeline_options, 
 from lightning_hybrid.placement.agreed import agreed_placement, planning_devices
 from lightning_hybrid.placement.pipeline_stages import plan_pipeline
 from lightning_hybrid.strategies.checked_ddp import CheckedDDPStrategy
-from lightning_hybrid.strategies.refusals import refuse_grad_scaler, refuse_manual_optimization, refuse_mid_epoch_checkpoints, single_optimizer
+from lightning_hybrid.strategies.refusals import (
+    refuse_grad_scaler, refuse_manual_optimization, refuse_mid_epoch_checkpoints, single_optimizer)
 from lightning_hybrid.strategies.replaced_step import ReplacedStep, unwrap_optimizer
 from lightning_hybrid.strategies.even_batches import refuse_uneven_loaders
 from lightning_hybrid.strategies.placement_logging import log_placement

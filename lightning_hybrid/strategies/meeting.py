@@ -54,8 +54,7 @@ import torch.distributed as dist
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from lightning_hybrid.comm.collectives import all_gather
-from lightning_hybrid.strategies.agreements import (  # noqa: F401  (Carried, ThroughServer: named here by the strategies)
-    Agreement, Carried, Deferred, EveryBatch, ThroughServer)
+from lightning_hybrid.strategies.agreements import Agreement, Deferred, EveryBatch, ThroughServer
 
 #: An evaluation loop's ranks agree on a stop every this many batches (each agreement read at the next): its
 #: batches are short, and a one-value all-reduce takes a round trip (50 ms through a long link, against

@@ -39,7 +39,7 @@ from lightning_hybrid.balance import (
 from lightning_hybrid.comm.collectives import all_gather
 from lightning_hybrid.lightning.strategies.checked_ddp import CheckedDDPStrategy
 from lightning_hybrid.lightning.strategies.refusals import refuse_manual_optimization, refuse_unindexed_training_data
-from lightning_hybrid.lightning.strategies.meeting import Agreement, Deferred, EveryBatch
+from lightning_hybrid.strategies.agreements import Agreement, Deferred, EveryBatch
 
 __all__ = ["BalanceEpochs", "BalancedDataParallelStrategy"]
 

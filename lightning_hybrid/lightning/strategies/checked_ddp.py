@@ -21,7 +21,8 @@ from lightning_hybrid.comm.collectives import broadcast_module_, ddp_group, work
 from lightning_hybrid.strategies.capabilities import Capabilities
 from lightning_hybrid.lightning.strategies.checkpoint_io import AtomicCheckpointIO
 from lightning_hybrid.lightning.strategies.launcher import CheckingLauncher
-from lightning_hybrid.lightning.strategies.meeting import Agreement, Deferred, EveryBatch, meeting
+from lightning_hybrid.strategies.agreements import Agreement, Deferred, EveryBatch
+from lightning_hybrid.lightning.strategies.meeting import meeting
 from lightning_hybrid.strategies.rank_exit_watch import CHILD_GRACE_S, LAUNCHER_PID_ENV, RankExitWatch, die_with_parent
 from lightning_hybrid.lightning.strategies.refusals import single_optimizer
 from lightning_hybrid.lightning.strategies.sync_points import SyncPoints

@@ -11,16 +11,15 @@ from collections.abc import Callable
 from typing import Any
 
 import lightning.pytorch as pl
-import torch
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 
 from lightning_hybrid.comm.outer_rounds import LocalSGD, validate
 from lightning_hybrid.lightning.strategies.checked_ddp import CheckedDDPStrategy
+from lightning_hybrid.strategies.agreements import Agreement, Carried, EveryBatch
 from lightning_hybrid.lightning.strategies.meeting import stop_if_agreed
 from lightning_hybrid.lightning.strategies.refusals import refuse_grad_scaler, refuse_manual_optimization
 from lightning_hybrid.lightning.strategies.even_batches import EvenBatches, even_batches
-from lightning_hybrid.lightning.strategies.meeting import Agreement, Carried, EveryBatch
 from lightning_hybrid.strategies.rank_states import RankStates
 
 

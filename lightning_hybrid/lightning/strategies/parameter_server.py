@@ -50,7 +50,8 @@ from lightning_hybrid.lightning.strategies.refusals import refuse_grad_scaler, r
 from lightning_hybrid.strategies.replaced_step import ReplacedStep, unwrap_optimizer
 from lightning_hybrid.strategies.clip_record import ClipRecord
 from lightning_hybrid.strategies.forked_ranks import ForkedProcess, Standby
-from lightning_hybrid.lightning.strategies.meeting import Agreement, EveryBatch, ThroughServer, meeting
+from lightning_hybrid.strategies.agreements import Agreement, EveryBatch, ThroughServer
+from lightning_hybrid.lightning.strategies.meeting import meeting
 from lightning_hybrid.lightning.strategies.step_count import restored_global_step
 
 log = logging.getLogger(__name__)
