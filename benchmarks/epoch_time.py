@@ -13,7 +13,7 @@ volumes, batch 2; list values in brackets may hold commas):
 
     python benchmarks/epoch_time.py --data adni_phantoms --model resattnet3d_18 --epochs 2 \
         --extra "data.view.image_shape=[32,32,32],data.volume_shape=[32,32,32],data.batch_size=2,data.augment.where=null" \
-        --contender ddp:strategy=ddp,trainer.devices=2 --contender ssp:strategy=ssp,trainer.devices=2
+        --contender ddp:strategy=ddp,trainer.devices=2 --contender ssp:strategy=ssp_delay,trainer.devices=2
 
 Writes results to benchmarks/results/epoch_time.{csv,md} (or --out).
 """

@@ -43,16 +43,16 @@ from pathlib import Path
 
 STRATEGY_CLASSES = {
     "ssp": "SSPStrategy", "ssp_s0": "SSPStrategy", "ssp_async": "SSPStrategy", "cneural": "CNeuralStrategy",
-    "allreduce_asgd": "AllReduceASGDStrategy", "allreduce_asgd_d0": "AllReduceASGDStrategy",
+    "delayed_averaging": "DelayedAveragingStrategy", "delayed_averaging_d0": "DelayedAveragingStrategy",
     "local_sgd": "LocalSGDStrategy", "balanced": "BalancedDataParallelStrategy",
     "hybrid": "HybridParallelStrategy", "partitioned_inference": "PartitionedInferenceStrategy",
 }
-STRATEGIES = ["ddp", "ssp", "ssp_s0", "ssp_async", "cneural", "allreduce_asgd", "allreduce_asgd_d0", "local_sgd",
+STRATEGIES = ["ddp", "ssp", "ssp_s0", "ssp_async", "cneural", "delayed_averaging", "delayed_averaging_d0", "local_sgd",
               "balanced", "hybrid", "partitioned_inference"]
 #: Settings that promise DDP's result (its trained weights, to 1e-5, for every feature that trains; in bf16 to its
 #: rounding, 5e-3: balanced shares weigh each rank's loss by its share, and the pipeline sums two micro-batches,
 #: which bf16 rounds otherwise than DDP's mean of one batch: 1.1e-4 and 1.8e-3 measured).
-VALUES_EXACT = ("ssp_s0", "cneural", "allreduce_asgd_d0", "balanced", "hybrid")
+VALUES_EXACT = ("ssp_s0", "cneural", "delayed_averaging_d0", "balanced", "hybrid")
 TOLERANCE = {"bf16_mixed": 5e-3}
 EPOCHS, SAMPLES, BATCH, LR = 2, 64, 8, 0.1
 
@@ -97,8 +97,8 @@ def run_case(strategy_name: str, feature: str, out: Path, namespace: str = "pyto
     # The Trainer, the module and our classes from one Lightning namespace (docs/python.md).
     pl = importlib.import_module("lightning.pytorch" if namespace == "lightning" else "pytorch_lightning")
     ours = importlib.import_module("lightning_hybrid.lightning" if namespace == "lightning" else "lightning_hybrid")
-    AllReduceASGDStrategy, BalancedDataParallelStrategy, CNeuralStrategy, LocalSGDStrategy = (
-        ours.AllReduceASGDStrategy, ours.BalancedDataParallelStrategy, ours.CNeuralStrategy, ours.LocalSGDStrategy)
+    DelayedAveragingStrategy, BalancedDataParallelStrategy, CNeuralStrategy, LocalSGDStrategy = (
+        ours.DelayedAveragingStrategy, ours.BalancedDataParallelStrategy, ours.CNeuralStrategy, ours.LocalSGDStrategy)
     HybridParallelStrategy, PartitionedInferenceStrategy, SSPStrategy = (
         ours.HybridParallelStrategy, ours.PartitionedInferenceStrategy, ours.SSPStrategy)
 
@@ -213,8 +213,8 @@ def run_case(strategy_name: str, feature: str, out: Path, namespace: str = "pyto
         "ssp_s0": lambda: SSPStrategy(staleness=0, fork_ranks=True, timeout=60),
         "ssp_async": lambda: SSPStrategy(staleness=math.inf, fork_ranks=True, timeout=60),
         "cneural": lambda: CNeuralStrategy(fork_ranks=True, timeout=60),
-        "allreduce_asgd": lambda: AllReduceASGDStrategy(delay=1, fork_ranks=True),
-        "allreduce_asgd_d0": lambda: AllReduceASGDStrategy(delay=0, fork_ranks=True),
+        "delayed_averaging": lambda: DelayedAveragingStrategy(delay=1, fork_ranks=True),
+        "delayed_averaging_d0": lambda: DelayedAveragingStrategy(delay=0, fork_ranks=True),
         "local_sgd": lambda: LocalSGDStrategy(sync_every=4, fork_ranks=True),
         "balanced": lambda: BalancedDataParallelStrategy(measure_steps=2, fork_ranks=True),
         "hybrid": lambda: HybridParallelStrategy(pipeline_stages=2, devices=[1.0, 1.0], micro_batches=2,

@@ -7,7 +7,7 @@ is counted), or unshaped with every collective completing a latency after its da
 ``benchmarks/long_link.py``'s), or with transient stragglers; the sources are
 :data:`SOURCES` (``--sources``). Contenders (``--contenders``, names below): DDP; DDP with gradients in bf16
 (``strategy=ddp_bf16``) or PowerSGD of rank 2 and 4 (``strategy=ddp_powersgd``); the delayed all-reduce
-(``strategy=allreduce_asgd``) by delayed gradient averaging, its default method, at delay 1, 2 and 4
+(``strategy=delayed_averaging``) by delayed gradient averaging, its default method, at delay 1, 2 and 4
 (``dga_d*``) and by its other method, the average alone applied late (``pipe_d*``: with the momentum
 lowered for the delay, kept, or DC-ASGD's compensation); local SGD (``local_sgd``) every 8, 32 or 64 steps,
 the average a round late (``local_h32_d1``), with DiLoCo's outer step, or in 4 fragments in bf16 (``stream_h32``).
@@ -72,16 +72,16 @@ CONTENDERS = {
     # DDP's own remedy for latency, fewer all-reduces: its gradients summed over k batches before one (no_sync)
     **{f"ddp_acc{k}": ["strategy=ddp", f"trainer.accumulate_grad_batches={k}"] for k in (2, 4, 8)},
     # the delayed all-reduce as users type it: delayed gradient averaging (the default method) at delay 1, 2, 4
-    **{f"dga_d{d}": ["strategy=allreduce_asgd", f"strategy.delay={d}", "strategy.fork_ranks=true"] for d in (1, 2, 4)},
+    **{f"dga_d{d}": ["strategy=delayed_averaging", f"strategy.delay={d}", "strategy.fork_ranks=true"] for d in (1, 2, 4)},
     # its other method, the average alone applied late (Pipe-SGD): momentum 0.9 -> 0.4 (subtract, its default), or
     # kept at 0.9 (mean_delay: 0.889; uncorrected), or with DC-ASGD's compensation
-    "pipe_d1": ["strategy=allreduce_asgd", "strategy.method=pipe_sgd", "strategy.delay=1", "strategy.fork_ranks=true"],
-    "pipe_d1_mean_delay": ["strategy=allreduce_asgd", "strategy.method=pipe_sgd", "strategy.delay=1",
+    "pipe_d1": ["strategy=delayed_averaging", "strategy.method=pipe_sgd", "strategy.delay=1", "strategy.fork_ranks=true"],
+    "pipe_d1_mean_delay": ["strategy=delayed_averaging", "strategy.method=pipe_sgd", "strategy.delay=1",
                            "strategy.momentum_correction=mean_delay", "strategy.fork_ranks=true"],
-    "pipe_d1_uncorrected": ["strategy=allreduce_asgd", "strategy.method=pipe_sgd", "strategy.delay=1",
+    "pipe_d1_uncorrected": ["strategy=delayed_averaging", "strategy.method=pipe_sgd", "strategy.delay=1",
                             "strategy.momentum_correction=null", "strategy.fork_ranks=true"],
-    "pipe_d1_dc": ["strategy=allreduce_asgd_dc", "strategy.delay=1", "strategy.fork_ranks=true"],
-    "pipe_d2": ["strategy=allreduce_asgd", "strategy.method=pipe_sgd", "strategy.delay=2", "strategy.fork_ranks=true"],
+    "pipe_d1_dc": ["strategy=delayed_averaging_dc", "strategy.delay=1", "strategy.fork_ranks=true"],
+    "pipe_d2": ["strategy=delayed_averaging", "strategy.method=pipe_sgd", "strategy.delay=2", "strategy.fork_ranks=true"],
     **{f"local_h{h}": ["strategy=local_sgd", f"strategy.sync_every={h}", "strategy.fork_ranks=true"] for h in (8, 32, 64)},
     "local_h32_d1": ["strategy=local_sgd", "strategy.sync_every=32", "strategy.delay=1", "strategy.fork_ranks=true"],
     "local_h32_nesterov": ["strategy=local_sgd", "strategy.sync_every=32", "strategy.outer_optimizer=nesterov",

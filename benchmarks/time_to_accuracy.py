@@ -64,19 +64,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # plot_table, beside t
 DEFAULT_CONTENDERS = [
     "ddp:strategy=ddp",
     "balanced:strategy=balanced",
-    "ssp_delay_s3:strategy=ssp,strategy.sync=delay,strategy.staleness=3",
-    "ssp_bounded_s3:strategy=ssp,strategy.sync=bounded,strategy.staleness=3",
-    "ssp_async:strategy=ssp,strategy.staleness=inf",
-    "ssp_per_push_s3:strategy=ssp,strategy.staleness=3,strategy.pushes_per_update=1,strategy.staleness_lr=false,"
+    "ssp_delay_s3:strategy=ssp_delay,strategy.sync=delay,strategy.staleness=3",
+    "ssp_bounded_s3:strategy=ssp_delay,strategy.sync=bounded,strategy.staleness=3",
+    "ssp_async:strategy=ssp_delay,strategy.staleness=inf",
+    "ssp_per_push_s3:strategy=ssp_delay,strategy.staleness=3,strategy.pushes_per_update=1,strategy.staleness_lr=false,"
     "strategy.momentum_correction=false,optimizer.lr=0.025",
 ]
 #: The straggler grid's contenders: what a user would pick, each with its defaults.
 GRID_CONTENDERS = [
     "ddp:strategy=ddp",
     "balanced:strategy=balanced",
-    "ssp:strategy=ssp",
+    "ssp:strategy=ssp_delay",
     "ssp_async:strategy=ssp_async",
-    "allreduce_asgd:strategy=allreduce_asgd",
+    "delayed_averaging:strategy=delayed_averaging",
 ]
 CONTENDER_SETS = {"default": DEFAULT_CONTENDERS, "grid": GRID_CONTENDERS}
 
@@ -454,7 +454,7 @@ def main() -> None:
     parser.add_argument("--devices", type=int, default=2)
     parser.add_argument("--contender", action="append", help="NAME:override,override (repeatable); first = reference")
     parser.add_argument("--contender-set", choices=sorted(CONTENDER_SETS), default=None,
-                        help="a named list of contenders (grid: ddp, balanced, ssp, ssp_async, allreduce_asgd)")
+                        help="a named list of contenders (grid: ddp, balanced, ssp, ssp_async, delayed_averaging)")
     parser.add_argument("--scenario", action="append", help="NAME:sim overrides (repeatable)")
     parser.add_argument("--sources", nargs="+", choices=SOURCES, default=None, help="the straggler grid's sources")
     parser.add_argument("--patterns", nargs="+", choices=PATTERNS, default=list(PATTERNS), help="the grid's patterns")

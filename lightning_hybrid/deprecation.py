@@ -27,7 +27,10 @@ def warn_renamed(old: str, new: str, stacklevel: int = 3) -> None:
 
 #: Config options renamed: group -> {old option: new option}. The old option's file stays a thin alias of the
 #: new one for a release; the command warns when it is chosen (:func:`warn_renamed_options`).
-RENAMED_OPTIONS = {"data": {"adni_synthetic": "adni_phantoms"}}
+RENAMED_OPTIONS = {
+    "data": {"adni_synthetic": "adni_phantoms"},
+    "strategy": {"ssp": "ssp_delay", "allreduce_asgd": "delayed_averaging", "allreduce_asgd_dc": "delayed_averaging_dc"},
+}
 
 
 def warn_renamed_options(choices: Mapping[str, Any]) -> None:
@@ -37,12 +40,26 @@ def warn_renamed_options(choices: Mapping[str, Any]) -> None:
             warn_renamed(f"{group}={choices[group]}", f"{group}={options[str(choices[group])]}", stacklevel=2)
 
 
-def renamed(package: dict[str, Any], table: Mapping[str, str]) -> Callable[[str], Any]:
+def renamed_alias(build: Callable[..., Any], old: str, new: str) -> Callable[..., Any]:
+    """The factory of a strategy alias renamed ``old`` -> ``new`` (for a registry): it warns, then builds."""
+
+    def factory(**init_params: Any) -> Any:
+        warn_renamed(f"strategy={old!r}", f"strategy={new!r}")
+        return build(**init_params)
+
+    return factory
+
+
+def renamed(package: dict[str, Any], table: Mapping[str, str],
+            others: Callable[[str], Any] | None = None) -> Callable[[str], Any]:
     """A module's ``__getattr__`` (pass its ``globals()``) for its old names: ``table`` maps each to
-    ``"module"`` (the same name there) or ``"module:new_name"``; using one warns and returns the new object."""
+    ``"module"`` (the same name there) or ``"module:new_name"``; using one warns and returns the new object.
+    ``others``: the module's ``__getattr__`` for the names not in ``table`` (e.g. :func:`lazy_exports`')."""
 
     def __getattr__(name: str) -> Any:
         if name not in table:
+            if others is not None:
+                return others(name)
             raise AttributeError(f"module {package['__name__']!r} has no attribute {name!r}")
         module, _, new = table[name].partition(":")
         warn_renamed(f"{package['__name__']}.{name}", f"{module}.{new or name}")

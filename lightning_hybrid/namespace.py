@@ -21,7 +21,7 @@ unified package: the same source with the package names replaced, run from real 
   under them stay one object per concept.
 - Where only ``lightning`` is installed, ``import lightning_hybrid`` gives the ``lightning`` flavour's
   names, and the command line runs the ``lightning`` flavour (``lightning_hybrid.lightning.cli``).
-- The strategies' aliases (``"ssp"``, ...): ``import lightning_hybrid`` registers them with
+- The strategies' aliases (``"ssp_delay"``, ...): ``import lightning_hybrid`` registers them with
   ``pytorch_lightning``'s ``StrategyRegistry``, and with ``lightning.pytorch``'s when that is already
   imported (naming the ``lightning`` flavour); ``import lightning_hybrid.lightning`` registers its own
   with ``lightning.pytorch``'s.

@@ -1,6 +1,6 @@
 """Preemption: a fit stopped by a signal saves a checkpoint, requeues a SLURM job, and a rerun continues.
 
-    trainer = pl.Trainer(strategy="ssp", devices=2, callbacks=[Preemption()])   # the CLI adds it
+    trainer = pl.Trainer(strategy="ssp_delay", devices=2, callbacks=[Preemption()])   # the CLI adds it
 
 :class:`Preemption` (a Lightning callback) makes SIGTERM (a scheduler's stop), SIGINT (Ctrl+C, once;
 twice interrupts at once) and SLURM's requeue signal (``requeue_signal``, SIGUSR2: what

@@ -33,7 +33,7 @@ MEASURED = {
 #: Transient stragglers in the slow-link table (each rank 8x slower with probability 0.1 a step; LeNet-5 to 98 %,
 #: 2 ranks, medians of 3 seeds): DDP's time over the contender's, measured end to end.
 #: ``tests/repository/test_numbers.py`` reads them there.
-FAMILY_SOURCE = "docs/strategies/allreduce-asgd.md, 'Time to 98 % measured end to end under each source'"
+FAMILY_SOURCE = "docs/strategies/delayed-averaging.md, 'Time to 98 % measured end to end under each source'"
 FAMILY_TRANSIENT = {"local_h32": 1.40, "dga_d2": 1.07}
 
 
@@ -50,7 +50,7 @@ ADVICE = {
                   f"{_range('transient/balanced,ssp,ssp_async')} DDP's time to accuracy (ssp_async "
                   f"{_range('transient/ssp_async/compute,after_step')} under compute and callback spells); where "
                   f"each rank was 8x slow one step in ten, strategy=local_sgd (sync_every=32) reached 98 % "
-                  f"{FAMILY_TRANSIENT['local_h32']:.2f}x sooner than DDP and strategy=allreduce_asgd (delay=2) "
+                  f"{FAMILY_TRANSIENT['local_h32']:.2f}x sooner than DDP and strategy=delayed_averaging (delay=2) "
                   f"{FAMILY_TRANSIENT['dga_d2']:.2f}x (end to end) [{FAMILY_SOURCE}]"),
     "none": (f"strategy=ddp: without a straggler balanced, ssp and ssp_async ran at {_range('none/balanced,ssp,ssp_async')} "
              "of its time to accuracy"),

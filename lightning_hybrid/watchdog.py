@@ -1,6 +1,6 @@
 """The watchdog: a run whose ranks stop making progress ends in seconds with every rank's stack.
 
-    trainer = pl.Trainer(strategy="ssp", devices=2, callbacks=[StallWatchdog(timeout_s=300)])   # the CLI adds it
+    trainer = pl.Trainer(strategy="ssp_delay", devices=2, callbacks=[StallWatchdog(timeout_s=300)])   # the CLI adds it
 
 :class:`StallWatchdog` beats its rank's :class:`~lightning_hybrid.comm.stall_watch.StallWatch` at every
 batch and every hook of the training, validation, test and prediction loops. When a rank gets no

@@ -1,5 +1,6 @@
 """Names users typed before issue 63 keep working for a release, each warning with its new name
-(:mod:`lightning_hybrid.deprecation`): classes, functions, a module cut in parts, a config option, a subcommand."""
+(:mod:`lightning_hybrid.deprecation`): classes, functions, modules cut or renamed, config options, strategy aliases,
+a subcommand."""
 
 from __future__ import annotations
 
@@ -21,6 +22,16 @@ from suite_configs import compose_run
     ("lightning_hybrid.strategies.common", "ReplacedStep", "lightning_hybrid.strategies.replaced_step", "ReplacedStep"),
     ("lightning_hybrid.lightning.watchdog", "Watchdog", "lightning_hybrid.lightning.watchdog", "StallWatchdog"),
     ("lightning_hybrid.lightning.data", "SyntheticADNIDataModule", "lightning_hybrid.lightning.data", "PhantomADNIDataModule"),
+    ("lightning_hybrid", "AllReduceASGDStrategy", "lightning_hybrid.strategies.delayed_averaging_strategy",
+     "DelayedAveragingStrategy"),
+    ("lightning_hybrid.strategies", "AllReduceASGDStrategy", "lightning_hybrid.strategies.delayed_averaging_strategy",
+     "DelayedAveragingStrategy"),
+    ("lightning_hybrid.strategies.allreduce_asgd", "AllReduceASGDStrategy",
+     "lightning_hybrid.strategies.delayed_averaging_strategy", "DelayedAveragingStrategy"),
+    ("lightning_hybrid.strategies.allreduce_asgd", "PENDING_KEY", "lightning_hybrid.strategies.delayed_averaging_strategy",
+     "PENDING_KEY"),
+    ("lightning_hybrid.lightning", "AllReduceASGDStrategy", "lightning_hybrid.lightning.strategies.delayed_averaging_strategy",
+     "DelayedAveragingStrategy"),
 ])
 def test_an_old_name_warns_with_the_new_one_and_gives_its_object(module, old, new_module, new):
     with pytest.warns(FutureWarning, match=rf"{module}\.{old} is now {new_module}\.{new}; the old name goes"):
@@ -30,14 +41,38 @@ def test_an_old_name_warns_with_the_new_one_and_gives_its_object(module, old, ne
         getattr(importlib.import_module(module), "NoSuchName")
 
 
-def test_a_renamed_config_option_composes_as_the_new_one_and_the_command_warns(tmp_path):
-    old = compose_run(tmp_path, "data=adni_synthetic")
+@pytest.mark.parametrize("group, old, new, target", [
+    ("data", "adni_synthetic", "adni_phantoms", "PhantomADNIDataModule"),
+    ("strategy", "ssp", "ssp_delay", "SSPStrategy"),
+    ("strategy", "allreduce_asgd", "delayed_averaging", "DelayedAveragingStrategy"),
+    ("strategy", "allreduce_asgd_dc", "delayed_averaging_dc", "DelayedAveragingStrategy"),
+])
+def test_a_renamed_config_option_composes_as_the_new_one_and_the_command_warns(tmp_path, group, old, new, target):
+    old_run = compose_run(tmp_path, f"{group}={old}")
     choices = dict(HydraConfig.get().runtime.choices)
-    new = compose_run(tmp_path, "data=adni_phantoms")
-    assert old.data == new.data and new.data._target_.endswith("PhantomADNIDataModule")
-    assert RENAMED_OPTIONS["data"] == {"adni_synthetic": "adni_phantoms"}
-    with pytest.warns(FutureWarning, match="data=adni_synthetic is now data=adni_phantoms"):
+    new_run = compose_run(tmp_path, f"{group}={new}")
+    assert old_run[group] == new_run[group] and new_run[group]._target_.endswith(target)
+    assert RENAMED_OPTIONS[group][old] == new
+    with pytest.warns(FutureWarning, match=f"{group}={old} is now {group}={new}"):
         warn_renamed_options(choices)
+
+
+@pytest.mark.parametrize("flavour", ["pytorch_lightning", "lightning.pytorch"])
+@pytest.mark.parametrize("old, new, settings", [
+    ("ssp", "ssp_delay", {"sync": "delay", "staleness": 3}),
+    ("allreduce_asgd", "delayed_averaging", {"method": "dga", "compensation": None}),
+    ("allreduce_asgd_dc", "delayed_averaging_dc", {"method": "pipe_sgd", "compensation": "dc"}),
+])
+def test_a_renamed_strategy_alias_builds_the_new_ones_strategy_and_warns(flavour, old, new, settings):
+    import lightning_hybrid.lightning  # noqa: F401  (registers the aliases with lightning.pytorch too)
+
+    trainer_class = importlib.import_module(flavour).Trainer
+    with pytest.warns(FutureWarning, match=f"strategy='{old}' is now strategy='{new}'"):
+        strategy = trainer_class(accelerator="cpu", devices=2, strategy=old, logger=False).strategy
+    built = trainer_class(accelerator="cpu", devices=2, strategy=new, logger=False).strategy
+    assert type(strategy) is type(built) and type(strategy).__module__.startswith(
+        "lightning_hybrid.lightning" if flavour == "lightning.pytorch" else "lightning_hybrid.strategies")
+    assert {name: getattr(strategy, name) for name in settings} == settings
 
 
 def test_the_renamed_subcommand_still_writes_the_phantoms_and_warns(tmp_path):

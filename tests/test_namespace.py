@@ -182,12 +182,12 @@ def fit(out: Path, *args: str) -> dict:
 @pytest.mark.multiprocess
 def test_a_user_s_module_trains_in_either_namespace_with_or_without_the_other_installed(tmp_path):
     # Both installed, `lightning`: tests/repository/test_tutorial.py (every alias) and the alias test above.
-    only_lightning = fit(tmp_path / "lightning", "--namespace", "lightning", "--strategy", "allreduce_asgd",
+    only_lightning = fit(tmp_path / "lightning", "--namespace", "lightning", "--strategy", "delayed_averaging",
                          "--block", "pytorch_lightning", "lightning_fabric")
-    only_pl = fit(tmp_path / "pl", "--namespace", "pytorch_lightning", "--strategy", "allreduce_asgd", "--block", "lightning")
+    only_pl = fit(tmp_path / "pl", "--namespace", "pytorch_lightning", "--strategy", "delayed_averaging", "--block", "lightning")
     # Only `lightning` installed: the alias builds the lightning flavour's class, and nothing imports pytorch_lightning.
-    assert only_lightning["strategy"] == "lightning_hybrid.lightning.strategies.allreduce_asgd.AllReduceASGDStrategy"
-    assert only_pl["strategy"] == "lightning_hybrid.strategies.allreduce_asgd.AllReduceASGDStrategy"
+    assert only_lightning["strategy"] == "lightning_hybrid.lightning.strategies.delayed_averaging_strategy.DelayedAveragingStrategy"
+    assert only_pl["strategy"] == "lightning_hybrid.strategies.delayed_averaging_strategy.DelayedAveragingStrategy"
     assert only_lightning["loaded"] == ["lightning"] and only_pl["loaded"] == ["pytorch_lightning"]
     for result in (only_lightning, only_pl):
         assert result["reports"] == 2, "the straggler report ran at each epoch's end"

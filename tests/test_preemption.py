@@ -141,7 +141,7 @@ def trained_samples(folder: Path, ranks: str = "*") -> dict[int, Counter]:
 
 
 #: The strategies whose stop's checkpoint continues the epoch (the others repeat it).
-MID_EPOCH = ("ddp", "balanced", "allreduce_asgd", "local_sgd", "hybrid")
+MID_EPOCH = ("ddp", "balanced", "delayed_averaging", "local_sgd", "hybrid")
 
 
 @pytest.mark.multiprocess

@@ -74,7 +74,7 @@ def test_the_report_names_the_slow_rank_under_ddp(tmp_path, source):
     elif source == "latency":  # the report measured the simulated round trip, and says what hides it
         assert 0.045 <= regime["round_trip_s"] <= 0.07, regime
         assert regime["regime"]["name"] == "latency-bound", regime
-        assert regime["regime"]["advice"].startswith("strategy=allreduce_asgd strategy.delay="), regime
+        assert regime["regime"]["advice"].startswith("strategy=delayed_averaging strategy.delay="), regime
     elif source == "spells":
         assert all(f["pattern"] != "persistent" for f in findings), findings
         assert any(f["pattern"] == "transient" and f["slow_rank"] == 1 for f in findings), findings

@@ -74,7 +74,7 @@ def test_a_desynchronised_collective_ends_the_run_within_a_minute_naming_each_ra
     every rank's stack, then one message, exit status 1; and the watchdog's limit below the server's own
     timeout, so that the server does not give up on a worker first and blame it."""
     started = time.monotonic()
-    proc = run("strategy=ssp", "strategy.fork_ranks=true", "trainer.devices=2", "strategy.timeout=15", "watchdog_s=60",
+    proc = run("strategy=ssp_delay", "strategy.fork_ranks=true", "trainer.devices=2", "strategy.timeout=15", "watchdog_s=60",
                *DESYNC, f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path, env={"TORCH_DISTRIBUTED_DEBUG": "OFF"},
                timeout=120)
     took = time.monotonic() - started

@@ -4,9 +4,9 @@
   every collective the package issues.
 * :mod:`~lightning_hybrid.comm.delayed_allreduce`: bucketed all-reduce in the background, handed back a
   fixed number of steps later, with optional delay compensation (Pipe-SGD, DC-ASGD): the exchange of
-  AllReduceASGDStrategy and of the hybrid strategy's data-parallel dimension.
+  DelayedAveragingStrategy and of the hybrid strategy's data-parallel dimension.
 * :mod:`~lightning_hybrid.comm.delayed_averaging`: delayed gradient averaging over that exchange (each
-  rank's own gradient at once, corrected by the average later): AllReduceASGDStrategy's default method.
+  rank's own gradient at once, corrected by the average later): DelayedAveragingStrategy's default method.
 * :mod:`~lightning_hybrid.comm.outer_rounds`: local SGD with an outer optimizer (DiLoCo), streamed.
 * :mod:`~lightning_hybrid.comm.stop_signal`: a stop request carried in an exchange's buffer.
 * :mod:`~lightning_hybrid.comm.flat`: parameters and gradients as one flat buffer.

@@ -3,20 +3,20 @@
 A synchronous step (DDP) takes its compute ``C`` plus its exchange: the link's round trips ``L`` (gloo: a
 round trip a message step, :func:`round_trips`; DDP's all-reduce two on 2 ranks) and its bytes over the
 link's rate ``B``. A strategy that overlaps the exchange ``E`` (its round trips and bytes) with the next
-``delay`` steps' compute (``allreduce_asgd``, which opens enough process groups, :func:`lanes`, that all
+``delay`` steps' compute (``delayed_averaging``, which opens enough process groups, :func:`lanes`, that all
 ``delay`` exchanges run at once) takes at best ``max(C, E / delay)`` a step (``max(C, B)`` where the bytes
 dominate: the exchanges share the link's rate), so overlapping wins at most ``(C + L + B)`` over that. :func:`classify` names the regime by the terms, states that bound,
 and says what fits:
 
 * **compute-bound** (``C + L + B`` under :data:`WORTH` times ``C``): DDP; what the link costs is not
   worth hiding.
-* **latency-bound** (``L`` at least ``B``): ``allreduce_asgd`` with ``delay = ceil(E / C)``, enough
+* **latency-bound** (``L`` at least ``B``): ``delayed_averaging`` with ``delay = ceil(E / C)``, enough
   steps of compute to cover an exchange, at most :data:`MAX_DELAY`.
 * **bandwidth-bound** (``B`` the larger): fewer bytes: ``local_sgd`` with ``sync_every >= B / C`` (its
   rounds move the model once every ``sync_every`` steps).
 
 The rules and the measurements through a real long link they rest on (``benchmarks/long_link.py``;
-LeNet-5, 2 gloo ranks): docs/strategies/allreduce-asgd.md, "Which regime a run is in" and "Through a real
+LeNet-5, 2 gloo ranks): docs/strategies/delayed-averaging.md, "Which regime a run is in" and "Through a real
 long link"; the straggler report's reading of a link is tested on the simulator (``tests/test_straggler.py``).
 """
 
@@ -109,7 +109,7 @@ def classify(compute_s: float, round_trip_s: float, step_bytes: float, bytes_per
     if latency >= bandwidth:
         exposed = "" if floor == compute_s else f" ({1000 * (floor - compute_s):.0f} ms a step still exposed)"
         return Regime(compute_s, latency, bandwidth, "latency-bound", bound,
-                      f"strategy=allreduce_asgd strategy.delay={delay}: {delay} steps of compute overlap an exchange's "
+                      f"strategy=delayed_averaging strategy.delay={delay}: {delay} steps of compute overlap an exchange's "
                       f"{1000 * exchange:.0f} ms{exposed}; overlapping wins at most {bound:.2f}x")
     rounds = max(2, math.ceil(bandwidth / compute_s))
     return Regime(compute_s, latency, bandwidth, "bandwidth-bound", bound,

@@ -1,7 +1,7 @@
 # Generated from lightning_hybrid/__init__.py by `python tools/generate_lightning_namespace.py`: edit that file, not this one.
 """lightning-hybrid: PyTorch Lightning strategies for distributed training on heterogeneous hardware.
 
-Pass one of the strategies to a ``lightning.pytorch.Trainer`` (or its alias: ``strategy="ssp"``);
+Pass one of the strategies to a ``lightning.pytorch.Trainer`` (or its alias: ``strategy="ssp_delay"``);
 :class:`ClassifierModule` wraps any classification network for them. ``__version__`` is the
 installed release. With ``import lightning as L``, the same names are in :mod:`lightning_hybrid.lightning`
 (generated: :mod:`lightning_hybrid.namespace`).
@@ -12,40 +12,45 @@ Examples:
     >>> lightning_hybrid.__version__ == importlib.metadata.version("lightning-hybrid")
     True
     >>> [name for name in lightning_hybrid.__all__ if name.endswith("Strategy")][:2]
-    ['AllReduceASGDStrategy', 'BalancedDataParallelStrategy']
+    ['BalancedDataParallelStrategy', 'CNeuralStrategy']
 """
 
 from lightning_hybrid.lightning import namespace as _namespace
+from lightning_hybrid.deprecation import renamed as _renamed
 
 if _namespace.BASE == "lightning.pytorch" or __name__ != _namespace.PACKAGE:
     from lightning_hybrid.lightning.classifier import ClassifierModule
     from lightning_hybrid.lightning.strategies import (
-        AllReduceASGDStrategy,
         BalancedDataParallelStrategy,
         CNeuralStrategy,
+        DelayedAveragingStrategy,
         FullyShardedStrategy,
         HybridParallelStrategy,
         LocalSGDStrategy,
         PartitionedInferenceStrategy,
         SSPStrategy,
     )
-    from lightning_hybrid.lightning.strategies import registry as _registry  # the aliases: Trainer(strategy="ssp")
+    from lightning_hybrid.lightning.strategies import registry as _registry  # the aliases: Trainer(strategy="ssp_delay")
 else:  # only `lightning` is installed: this package's names are its lightning flavour's (generated), bound
     # without an import statement, so that static readers (type checkers, the API page) see one binding of each
     import importlib
 
     _flavour = importlib.import_module(f"{_namespace.PACKAGE}.lightning")
     globals().update({name: getattr(_flavour, name) for name in (
-        "AllReduceASGDStrategy", "BalancedDataParallelStrategy", "ClassifierModule", "CNeuralStrategy",
+        "BalancedDataParallelStrategy", "ClassifierModule", "CNeuralStrategy", "DelayedAveragingStrategy",
         "FullyShardedStrategy", "HybridParallelStrategy", "LocalSGDStrategy", "PartitionedInferenceStrategy", "SSPStrategy")})
 
 __version__ = "0.1.0"
 
+#: Old names, kept for a release: each warns, naming the new one (:mod:`lightning_hybrid.deprecation`).
+RENAMED = {"AllReduceASGDStrategy": "lightning_hybrid.lightning.strategies.delayed_averaging_strategy:DelayedAveragingStrategy"}
+__getattr__ = _renamed(globals(), RENAMED)
+
 __all__ = [
-    "AllReduceASGDStrategy",
     "BalancedDataParallelStrategy",
     "CNeuralStrategy",
     "ClassifierModule",
+    "DelayedAveragingStrategy",
     "FullyShardedStrategy",
     "HybridParallelStrategy",
     "LocalSGDStrategy",

@@ -182,4 +182,4 @@ class OneDataset:
         return (f"worker {worker}'s training data has {num_samples} samples and worker {self.first[0]}'s {self.first[1]}: "
                 "the server deals the sample indices of one dataset to every worker; give every worker the same dataset "
                 "(Lightning's distributed sampler does, use_distributed_sampler=True), or keep each rank's own data with a "
-                "strategy that trains on it (allreduce_asgd or local_sgd with as many batches on every rank; cneural)")
+                "strategy that trains on it (delayed_averaging or local_sgd with as many batches on every rank; cneural)")

@@ -9,12 +9,13 @@ import no Lightning and are one module under both Lightning namespaces.
 
 from typing import TYPE_CHECKING
 
+from lightning_hybrid.deprecation import renamed
 from lightning_hybrid.lazy_exports import lazy_exports
 
 if TYPE_CHECKING:  # the names for type checkers; at run time, __getattr__ below imports them
-    from lightning_hybrid.strategies.allreduce_asgd import AllReduceASGDStrategy
     from lightning_hybrid.strategies.balanced import BalancedDataParallelStrategy
     from lightning_hybrid.strategies.cneural import CNeuralStrategy
+    from lightning_hybrid.strategies.delayed_averaging_strategy import DelayedAveragingStrategy
     from lightning_hybrid.strategies.fsdp2 import FullyShardedStrategy
     from lightning_hybrid.strategies.hybrid import HybridParallelStrategy
     from lightning_hybrid.strategies.local_sgd import LocalSGDStrategy
@@ -24,9 +25,9 @@ if TYPE_CHECKING:  # the names for type checkers; at run time, __getattr__ below
 
 #: Each name this package exports, and the module that defines it.
 LAZY = {
-    "AllReduceASGDStrategy": "lightning_hybrid.strategies.allreduce_asgd",
     "BalancedDataParallelStrategy": "lightning_hybrid.strategies.balanced",
     "CNeuralStrategy": "lightning_hybrid.strategies.cneural",
+    "DelayedAveragingStrategy": "lightning_hybrid.strategies.delayed_averaging_strategy",
     "FullyShardedStrategy": "lightning_hybrid.strategies.fsdp2",
     "HybridParallelStrategy": "lightning_hybrid.strategies.hybrid",
     "LocalSGDStrategy": "lightning_hybrid.strategies.local_sgd",
@@ -38,4 +39,8 @@ LAZY = {
 
 __all__ = sorted(LAZY)
 
-__getattr__, __dir__ = lazy_exports(globals(), LAZY)
+#: Old names, kept for a release: each warns, naming the new one (:mod:`lightning_hybrid.deprecation`).
+RENAMED = {"AllReduceASGDStrategy": "lightning_hybrid.strategies.delayed_averaging_strategy:DelayedAveragingStrategy"}
+
+_exported, __dir__ = lazy_exports(globals(), LAZY)
+__getattr__ = renamed(globals(), RENAMED, others=_exported)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
 
 import pytorch_lightning as pl
@@ -17,6 +18,7 @@ from pytorch_lightning.trainer.states import TrainerFn
 from pytorch_lightning.utilities.rank_zero import rank_zero_info
 
 from lightning_hybrid.comm.collectives import broadcast_module_, ddp_group, workers_backend
+from lightning_hybrid.deprecation import renamed_alias
 from lightning_hybrid.strategies.capabilities import Capabilities
 from lightning_hybrid.strategies.checkpoint_io import AtomicCheckpointIO
 from lightning_hybrid.strategies.launcher import CheckingLauncher
@@ -72,6 +74,8 @@ class CheckedDDPStrategy(Capabilities, DDPStrategy):
 
     #: Lightning registry names of the strategy: name -> (description, constructor arguments).
     aliases: ClassVar[dict[str, tuple[str, dict[str, Any]]]] = {}
+    #: Registry names renamed, old -> new (one of :attr:`aliases`), kept for a release: choosing one warns.
+    renamed_aliases: ClassVar[dict[str, str]] = {}
     #: What the rank processes are called in the message that ends a run when one dies.
     process_role: ClassVar[str] = "worker"
     #: Whether the model is wrapped in DistributedDataParallel. False: the strategy exchanges gradients its own
@@ -224,8 +228,18 @@ class CheckedDDPStrategy(Capabilities, DDPStrategy):
     def register_strategies(cls, strategy_registry: Any) -> None:
         """Register :attr:`aliases` with Lightning's ``StrategyRegistry`` (replacing the entries that
         ``import lightning_hybrid`` may have put there for the other namespace's flavour)."""
+        for name, factory, description, init_params in cls.registry_entries(cls):
+            strategy_registry.register(name, factory, description=description, override=True, **init_params)
+
+    @classmethod
+    def registry_entries(cls, build: Callable[..., Any]) -> Iterator[tuple[str, Callable[..., Any], str, dict[str, Any]]]:
+        """Each registry name's (name, factory, description, constructor arguments), ``build`` making the strategy;
+        a renamed alias's factory warns first (:func:`lightning_hybrid.deprecation.renamed_alias`)."""
         for name, (description, init_params) in cls.aliases.items():
-            strategy_registry.register(name, cls, description=description, override=True, **init_params)
+            yield name, build, description, init_params
+        for old, new in cls.renamed_aliases.items():
+            description, init_params = cls.aliases[new]
+            yield old, renamed_alias(build, old, new), f"Renamed {new!r}: {description}", init_params
 
     def check_trainer(self, trainer: pl.Trainer, model: pl.LightningModule | None) -> None:
         """Raise a ValueError for a run this strategy cannot do."""

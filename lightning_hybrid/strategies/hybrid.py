@@ -79,7 +79,7 @@ class HybridParallelStrategy(StageOnlyState, CheckedDDPStrategy):
             Lightning clips them: DDP's step) or ``"delayed"`` (Pipe-SGD-like: each replica clips its own gradient,
             by the whole model's norm, the clipped gradients are averaged in the background, and the average alone
             is stepped with ``delay`` steps later, at the learning rate and momentum in force then, no momentum
-            correction; not ``AllReduceASGDStrategy(method="pipe_sgd")``, which clips the average, applies it at
+            correction; not ``DelayedAveragingStrategy(method="pipe_sgd")``, which clips the average, applies it at
             the learning rate of the step that computed it and lowers SGD's momentum by default; nor its default
             method, delayed gradient averaging).
         delay: steps of delay for ``"delayed"``.

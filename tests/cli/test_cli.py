@@ -44,7 +44,7 @@ def test_resume_from_checkpoint(tmp_path):
 def test_ssp_through_the_cli(tmp_path):
     run_dir = tmp_path / "ssp"
     run_cli(
-        *SMOKE, "strategy=ssp", "strategy.staleness=2", "strategy.sync=bounded", "strategy.fork_ranks=true", "trainer.devices=2", "trainer.max_epochs=2",
+        *SMOKE, "strategy=ssp_delay", "strategy.staleness=2", "strategy.sync=bounded", "strategy.fork_ranks=true", "trainer.devices=2", "trainer.max_epochs=2",
         "allow_cpu_oversubscription=true", f"hydra.run.dir={run_dir}", cwd=tmp_path,
     )
     metrics = read_metrics(run_dir)
@@ -58,10 +58,10 @@ def test_ssp_through_the_cli(tmp_path):
 
 
 @pytest.mark.multiprocess
-def test_allreduce_asgd_through_the_cli(tmp_path):
+def test_delayed_averaging_strategy_through_the_cli(tmp_path):
     run_dir = tmp_path / "asgd"
     run_cli(
-        *SMOKE, "strategy=allreduce_asgd", "strategy.delay=2", "strategy.fork_ranks=true", "trainer.devices=2",
+        *SMOKE, "strategy=delayed_averaging", "strategy.delay=2", "strategy.fork_ranks=true", "trainer.devices=2",
         "sim=slow_network", "sim.collective_latency_s=0.002", "allow_cpu_oversubscription=true",
         f"hydra.run.dir={run_dir}", cwd=tmp_path,
     )
@@ -93,7 +93,7 @@ def test_multirun_sweep_with_ddp_runs_each_job_once(tmp_path):
 
 
 def test_forked_ranks_are_refused_in_a_multirun(tmp_path):
-    proc = run_cli("-m", *SMOKE, "strategy=ssp", "strategy.fork_ranks=true", "trainer.devices=2",
+    proc = run_cli("-m", *SMOKE, "strategy=ssp_delay", "strategy.fork_ranks=true", "trainer.devices=2",
                    "allow_cpu_oversubscription=true", f"hydra.sweep.dir={tmp_path / 'sweep'}", cwd=tmp_path, check=False)
     assert proc.returncode != 0
     assert "strategy.fork_ranks=true cannot be used in a multirun" in proc.stderr, proc.stderr[-3000:]
@@ -259,7 +259,7 @@ def test_progress_is_lines_when_the_output_is_not_a_terminal():
 def test_a_data_error_is_the_last_thing_printed(tmp_path):
     """Offline with no MNIST, two SSP workers: the clear error ends the output, no peer's traceback after it."""
     proc = run_cli(
-        "strategy=ssp", "trainer.devices=2", "allow_cpu_oversubscription=true", f"data.root={tmp_path / 'nothing'}",
+        "strategy=ssp_delay", "trainer.devices=2", "allow_cpu_oversubscription=true", f"data.root={tmp_path / 'nothing'}",
         "data.mirrors=[http://127.0.0.1:9/]", f"hydra.run.dir={tmp_path / 'r'}", cwd=tmp_path, check=False,
     )
     assert proc.returncode != 0

@@ -7,7 +7,7 @@ Ranks are started as users' runs start them: on this CPU machine the suite's str
 (``fork_ranks: auto``), Lightning's ``ddp`` reruns the command for it, ``ddp_spawn`` spawns both.
 
 The command runs in a new interpreter, as a shell starts it, for :data:`FRESH` (Lightning's ``ddp``
-in a batch job and in a terminal, and ``ssp``, with its parameter server, in a batch job); every
+in a batch job and in a terminal, and ``ssp_delay``, with its parameter server, in a batch job); every
 other run is the same script (the installed ``lightning-hybrid``) with the same command line,
 environment, working directory, output and session, forked from the tests' Python that has already
 imported torch, Lightning and Hydra (tests/support/zygote.py): about 10 s of CPU less each, on 2 cores."""
@@ -32,6 +32,8 @@ import pytest
 from command_aliases import ALIASES
 from conftest import Zygote, clean_env
 
+from lightning_hybrid.deprecation import RENAMED_OPTIONS
+
 pytestmark = pytest.mark.multiprocess
 
 COMMAND = Path(sys.executable).with_name("lightning-hybrid")
@@ -44,7 +46,7 @@ SMALL = ("trainer.max_epochs=2", "trainer.limit_train_batches=4", "trainer.limit
          "trainer.limit_test_batches=2", "data=synthetic", "data.num_train=512", "data.num_val=128", "data.num_test=128")
 LIMIT_S = 150
 #: (alias, output) run in a new interpreter; the others are forked from tests/support/zygote.py.
-FRESH = {("ddp", "file"), ("ddp", "terminal"), ("ssp", "file")}
+FRESH = {("ddp", "file"), ("ddp", "terminal"), ("ssp_delay", "file")}
 
 
 def stacks(group: int) -> str:
@@ -129,4 +131,5 @@ def test_every_alias_finishes_as_users_type_it(tmp_path, alias, output):
 def test_every_training_strategy_of_the_command_line_is_run_above():
     configs = {path.stem for path in (Path(__file__).parents[2] / "configs" / "strategy").glob("*.yaml")}
     not_training = {"single", "partitioned_inference"}  # one process; prediction (tests/strategies/test_partitioned_inference.py)
-    assert configs - not_training == set(ALIASES) | set(CONFIGS), "a strategy config neither run nor exempted"
+    renamed = set(RENAMED_OPTIONS["strategy"])  # compose as their new names (tests/test_deprecation.py)
+    assert configs - not_training - renamed == set(ALIASES) | set(CONFIGS), "a strategy config neither run nor exempted"

@@ -51,23 +51,23 @@ CPU, GPU = AUTO_THREADS["cpu"], AUTO_THREADS["gpu"]
          dict(nodes=2, tasks_per_node=4, gpus_per_node=4, cpus_per_task=GPU)),
         (("strategy=single",), dict(nodes=1, tasks_per_node=1, gpus_per_node=0, cpus_per_task=CPU)),
         # a rank's cores: its threads and its loader workers
-        (("strategy=allreduce_asgd", "trainer=cpu", "trainer.devices=3", "cpu_threads_per_process=2", "data.num_workers=1"),
+        (("strategy=delayed_averaging", "trainer=cpu", "trainer.devices=3", "cpu_threads_per_process=2", "data.num_workers=1"),
          dict(nodes=1, tasks_per_node=3, gpus_per_node=0, cpus_per_task=3)),
         # the parameter server: one more core per server process, in every task
-        (("strategy=ssp", "trainer.devices=2"), dict(nodes=1, tasks_per_node=2, gpus_per_node=0, cpus_per_task=CPU + 1)),
-        (("strategy=ssp", "trainer=gpu", "trainer.devices=4", "trainer.num_nodes=2"),
+        (("strategy=ssp_delay", "trainer.devices=2"), dict(nodes=1, tasks_per_node=2, gpus_per_node=0, cpus_per_task=CPU + 1)),
+        (("strategy=ssp_delay", "trainer=gpu", "trainer.devices=4", "trainer.num_nodes=2"),
          dict(nodes=2, tasks_per_node=4, gpus_per_node=4, cpus_per_task=GPU + 1)),
         (("strategy=ssp_async", "trainer.devices=2", "strategy.servers=3"),
          dict(nodes=1, tasks_per_node=2, gpus_per_node=0, cpus_per_task=CPU + 3)),
         (("strategy=cneural", "trainer.devices=2", "cpu_threads_per_process=1"),
          dict(nodes=1, tasks_per_node=2, gpus_per_node=0, cpus_per_task=2)),
         # servers=auto on a model of 138 M parameters (counted on the meta device): two servers' cores
-        (("strategy=ssp", "trainer.devices=2", "model=vgg16"),
+        (("strategy=ssp_delay", "trainer.devices=2", "model=vgg16"),
          dict(nodes=1, tasks_per_node=2, gpus_per_node=0, cpus_per_task=CPU + 2)),
-        (("strategy=ssp", "trainer.devices=2", "model=vgg16", "strategy.on_worker_failure=continue"),
+        (("strategy=ssp_delay", "trainer.devices=2", "model=vgg16", "strategy.on_worker_failure=continue"),
          dict(nodes=1, tasks_per_node=2, gpus_per_node=0, cpus_per_task=CPU + 1)),
         # two processes on each GPU: two tasks per GPU
-        (("strategy=ssp", "trainer=gpu", "trainer.devices=1", "strategy.processes_per_device=2"),
+        (("strategy=ssp_delay", "trainer=gpu", "trainer.devices=1", "strategy.processes_per_device=2"),
          dict(nodes=1, tasks_per_node=2, gpus_per_node=1, cpus_per_task=GPU + 1)),
         # a pipeline: pipeline_stages x data_parallel ranks over the nodes
         (("strategy=hybrid", "trainer.devices=2"), dict(nodes=1, tasks_per_node=2, gpus_per_node=0, cpus_per_task=CPU)),
@@ -86,7 +86,7 @@ def test_resources_of_each_strategy(overrides, expected):
     [
         (("strategy=hybrid", "trainer.devices=3"), "pipeline_stages x data_parallel"),
         (("strategy=ddp_spawn", "trainer.devices=2"), "start_method=spawn"),
-        (("strategy=ssp", "trainer.devices=2", "strategy.fork_ranks=true"), "fork_ranks"),
+        (("strategy=ssp_delay", "trainer.devices=2", "strategy.fork_ranks=true"), "fork_ranks"),
         (("strategy=ddp", "trainer.devices=auto"), "trainer.devices='auto'"),
     ],
 )
@@ -96,7 +96,7 @@ def test_what_one_task_per_rank_cannot_run_is_refused_at_launch(overrides, messa
 
 
 def test_the_resolver_reads_the_whole_config():
-    cfg = compose_cfg("strategy=ssp", "trainer.devices=2")
+    cfg = compose_cfg("strategy=ssp_delay", "trainer.devices=2")
     node = OmegaConf.create({"cpus": "${lh_slurm:cpus_per_task}", "tasks": "${lh_slurm:tasks_per_node}"})
     OmegaConf.set_struct(cfg, False)
     cfg.probe = node
@@ -107,14 +107,14 @@ def test_the_resolver_reads_the_whole_config():
 
 
 def test_threads_in_a_slurm_task_leave_the_servers_their_cores():
-    cfg = compose_cfg("strategy=ssp", "trainer.devices=4", "strategy.servers=2")
+    cfg = compose_cfg("strategy=ssp_delay", "trainer.devices=4", "strategy.servers=2")
     with mock.patch.dict(os.environ, {"SLURM_CPUS_PER_TASK": "6", "SLURM_NTASKS": "4"}):
         assert task_threads(cfg, global_rank=0) == 4  # 6 cores, 2 of them the servers'
         assert task_threads(cfg, global_rank=3) == 6
         cfg.cpu_threads_per_process = 3
         assert task_threads(cfg, global_rank=0) is None  # the user's number stands
     with mock.patch.dict(os.environ, clear=True):
-        assert task_threads(compose_cfg("strategy=ssp"), global_rank=0) is None  # not in SLURM
+        assert task_threads(compose_cfg("strategy=ssp_delay"), global_rank=0) is None  # not in SLURM
 
 
 def test_the_cli_sets_a_slurm_task_s_threads_and_keeps_them_from_lightning(monkeypatch):
@@ -123,7 +123,7 @@ def test_the_cli_sets_a_slurm_task_s_threads_and_keeps_them_from_lightning(monke
 
     from lightning_hybrid.cli.app import set_cpu_threads
 
-    cfg = compose_cfg("strategy=ssp", "trainer.devices=4", "strategy.servers=1")
+    cfg = compose_cfg("strategy=ssp_delay", "trainer.devices=4", "strategy.servers=1")
     calls: list[int] = []
     monkeypatch.setattr(torch, "set_num_threads", calls.append)
     with mock.patch.dict(os.environ, {"SLURM_CPUS_PER_TASK": "6", "SLURM_NTASKS": "4"}):
@@ -199,7 +199,7 @@ def sbatch_script(params: dict, bin_dir: Path) -> str:
 def test_the_slurm_launcher_asks_for_the_strategy_s_nodes_tasks_gpus_and_cores(tmp_path):
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason=NEEDS_PLUGIN)
     params = slurm_launcher_params(
-        tmp_path, "strategy=ssp", "trainer=gpu", "trainer.devices=4", "trainer.num_nodes=2", "hydra.launcher.partition=gpu"
+        tmp_path, "strategy=ssp_delay", "trainer=gpu", "trainer.devices=4", "trainer.num_nodes=2", "hydra.launcher.partition=gpu"
     )
     assert {k: params[k] for k in ("nodes", "tasks_per_node", "gpus_per_node", "cpus_per_task", "partition", "timeout_min")} == {
         "nodes": 2, "tasks_per_node": 4, "gpus_per_node": 4, "cpus_per_task": GPU + 1, "partition": "gpu", "timeout_min": 60
@@ -211,7 +211,7 @@ def test_the_slurm_launcher_asks_for_the_strategy_s_nodes_tasks_gpus_and_cores(t
         assert line in script.splitlines(), script
     assert "\nsrun " in script and "-m submitit.core._submit" in script
     # a value set on the command line wins over the computed one
-    assert slurm_launcher_params(tmp_path, "strategy=ssp", "hydra.launcher.cpus_per_task=16")["cpus_per_task"] == 16
+    assert slurm_launcher_params(tmp_path, "strategy=ssp_delay", "hydra.launcher.cpus_per_task=16")["cpus_per_task"] == 16
 
 
 @pytest.mark.multiprocess
@@ -219,7 +219,7 @@ def test_an_ssp_job_of_two_tasks_through_submitit_s_local_executor(tmp_path):
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason=NEEDS_PLUGIN)
     sweep = tmp_path / "sweep"
     proc = run_cli(
-        "-m", "hydra/launcher=slurm_local", "experiment=smoke", "strategy=ssp", "trainer.devices=2",
+        "-m", "hydra/launcher=slurm_local", "experiment=smoke", "strategy=ssp_delay", "trainer.devices=2",
         "allow_cpu_oversubscription=true", f"hydra.sweep.dir={sweep}", cwd=tmp_path, timeout=240,
     )
     assert "Submitit 'local' sweep output dir" in proc.stdout + proc.stderr

@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from lightning_hybrid import AllReduceASGDStrategy, HybridParallelStrategy, PartitionedInferenceStrategy, SSPStrategy
+from lightning_hybrid import DelayedAveragingStrategy, HybridParallelStrategy, PartitionedInferenceStrategy, SSPStrategy
 from lightning_hybrid.comm import collectives
 from lightning_hybrid.comm.collectives import group_device, workers_backend
 
@@ -127,7 +127,7 @@ def test_a_backend_that_cannot_serve_the_devices_is_refused(devices, requested, 
         workers_backend(devices, requested)
 
 
-@pytest.mark.parametrize("cls", [SSPStrategy, AllReduceASGDStrategy, PartitionedInferenceStrategy])
+@pytest.mark.parametrize("cls", [SSPStrategy, DelayedAveragingStrategy, PartitionedInferenceStrategy])
 def test_processes_per_device_share_a_gpu_over_gloo(cls):
     strategy = cls(processes_per_device=2, parallel_devices=[CUDA0])
     assert strategy.parallel_devices == [CUDA0, CUDA0] and strategy.num_processes == 2

@@ -28,7 +28,7 @@ def test_a_long_link_is_latency_bound_and_the_delay_covers_an_exchange():
     regime = classify(0.0095, 0.0505, 246824, 4.81e6)
     assert regime.name == "latency-bound" and regime.latency_s == pytest.approx(0.101)
     exchange = 0.101 + 246824 / 4.81e6
-    assert f"strategy=allreduce_asgd strategy.delay={MAX_DELAY}" in regime.advice  # 16 steps would cover it: capped
+    assert f"strategy=delayed_averaging strategy.delay={MAX_DELAY}" in regime.advice  # 16 steps would cover it: capped
     assert regime.overlap_bound == pytest.approx((0.0095 + exchange) / (exchange / MAX_DELAY))
     # a step of compute as long as the exchange: a delay of 1 covers it, and the bound is compute's
     assert "strategy.delay=1" in classify(0.2, 0.05, KB250, 1e9).advice

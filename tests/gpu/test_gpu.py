@@ -76,7 +76,7 @@ def test_ssp_staleness_zero_with_the_server_on_the_gpu_equals_one_process(tmp_pa
     assert_params_equal(workers[0], single_process_reference, **CROSS)
 
 
-def test_allreduce_asgd_delay_zero_with_two_processes_on_one_gpu_equals_one_process(tmp_path, single_process_reference):
+def test_delayed_averaging_strategy_delay_zero_with_two_processes_on_one_gpu_equals_one_process(tmp_path, single_process_reference):
     run_train_script(tmp_path, "--strategy", "asgd", "--delay", "0", *SHARED, "--batch-size", "16")
     assert_params_equal(load(tmp_path / "rank0.pt"), single_process_reference, **CROSS)
 
@@ -97,7 +97,7 @@ def test_ssp_variants_train_on_one_gpu(tmp_path, variant):
 
 
 @pytest.mark.parametrize("strategy", [["--strategy", "cneural", "--lr", "1.0", "--epochs", "8"],
-                                      ["--strategy", "asgd", "--delay", "1"]], ids=["cneural", "allreduce_asgd"])
+                                      ["--strategy", "asgd", "--delay", "1"]], ids=["cneural", "delayed_averaging"])
 def test_one_process_on_one_gpu(tmp_path, strategy):
     """The reported failure: cNeural with one GPU worker ended after its first epoch."""
     run_train_script(tmp_path, *strategy, *GPU, "--devices", "1")
@@ -109,7 +109,7 @@ def test_one_process_on_one_gpu(tmp_path, strategy):
                                                                                "--lr", "0.01"],
                                       ["--strategy", "balanced", "--speeds", "1,3"],
                                       ["--strategy", "local_sgd", "--sync-every", "4", "--delay", "1"]],
-                         ids=["ssp", "cneural", "allreduce_asgd", "allreduce_asgd_adam", "balanced", "local_sgd"])
+                         ids=["ssp", "cneural", "delayed_averaging", "delayed_averaging_adam", "balanced", "local_sgd"])
 def test_bf16_mixed(tmp_path, strategy):
     run_train_script(tmp_path, *strategy, *SHARED, "--precision", "bf16-mixed", "--epochs", "2")
     assert json.loads((tmp_path / "summary.json").read_text())["val_acc"] > 0.5
@@ -209,7 +209,7 @@ CNEURAL_PASSES = ["trainer.max_epochs=15", "trainer.limit_train_batches=8", "tra
 
 @needs_mnist
 @pytest.mark.parametrize("overrides", [["strategy=cneural", "trainer.devices=1", *CNEURAL_PASSES],
-                                       ["strategy=ssp", "trainer.devices=2", "trainer.max_epochs=1"]],
+                                       ["strategy=ssp_delay", "trainer.devices=2", "trainer.max_epochs=1"]],
                          ids=["cneural_one_gpu", "ssp_two_workers_one_gpu"])
 def test_the_command_line_trains_and_tests_on_a_gpu(tmp_path, overrides):
     from conftest import run_cli
@@ -258,7 +258,7 @@ def test_pipeline_stages_sharing_one_gpu_hold_only_their_part(tmp_path):
 #: started anew (no fork after CUDA's initialization): SSP with its server, balanced's shares and the
 #: pipeline's stages gathered to rank 0 are the state a CUDA stop must carry.
 GPU_STOPS = {
-    "ssp": ("strategy=ssp", "strategy.staleness=0"),
+    "ssp": ("strategy=ssp_delay", "strategy.staleness=0"),
     "balanced": ("strategy=balanced",),
     "hybrid": ("strategy=hybrid", "strategy.placement=uniform"),
 }

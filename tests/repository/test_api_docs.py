@@ -47,7 +47,7 @@ def test_the_package_docstring_example_shows_the_version() -> None:
     assert results.attempted >= 2 and results.failed == 0
 
 
-STRATEGY_PAGES = {"ssp": "SSPStrategy", "cneural": "CNeuralStrategy", "allreduce-asgd": "AllReduceASGDStrategy",
+STRATEGY_PAGES = {"ssp": "SSPStrategy", "cneural": "CNeuralStrategy", "delayed-averaging": "DelayedAveragingStrategy",
                   "balanced": "BalancedDataParallelStrategy", "hybrid": "HybridParallelStrategy",
                   "partitioned-inference": "PartitionedInferenceStrategy"}
 

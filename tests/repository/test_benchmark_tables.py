@@ -59,7 +59,7 @@ def test_the_feature_matrix_compares_exact_counts_with_its_reference(feature_mat
     ddp = [counts(), counts()]
     assert differences("balanced", "max_epochs", [counts(), counts()], ddp) is None
     assert differences("ssp", "max_steps", [counts(6), counts(6)], ddp) == "global_step 6 (ddp: 16)"
-    assert "ranks end at different steps [16, 15]" in differences("allreduce_asgd", "max_epochs", [counts(), counts(15)], ddp)
+    assert "ranks end at different steps [16, 15]" in differences("delayed_averaging", "max_epochs", [counts(), counts(15)], ddp)
     assert "batches per epoch per rank" in differences("balanced", "max_epochs", [counts(), counts(batches=(8, 7))], ddp)
     # the server deals the batches: all ranks together train what DDP's do, however they are split
     assert differences("ssp", "max_epochs", [counts(batches=(12, 3)), counts(batches=(4, 13))], ddp) is None
@@ -148,5 +148,5 @@ def test_the_feature_matrix_compares_trained_weights_with_ddps(feature_matrix, t
     (tmp_path / "record.json").write_text(json.dumps(record))
     torch.save({"w": torch.full((3,), 1e-3)}, tmp_path / "weights_rank0.pt")
     assert feature_matrix.classify("balanced", "max_epochs", tmp_path, done, None, ddp)[0] == "WRONG"
-    assert feature_matrix.classify("allreduce_asgd", "max_epochs", tmp_path, done, None, ddp) == \
+    assert feature_matrix.classify("delayed_averaging", "max_epochs", tmp_path, done, None, ddp) == \
         ("ok (Δ 1e-03)", "weights 0.001 from DDP's")

@@ -39,7 +39,7 @@ def test_the_site_builds_strictly(site: Path) -> None:
     assert pages <= built, f"pages not built: {sorted(pages - built)}"
     # Every exported name rendered on the API page, with its example.
     api = (site / "api.html").read_text()
-    for name in ("SSPStrategy", "CNeuralStrategy", "AllReduceASGDStrategy", "BalancedDataParallelStrategy",
+    for name in ("SSPStrategy", "CNeuralStrategy", "DelayedAveragingStrategy", "BalancedDataParallelStrategy",
                  "HybridParallelStrategy", "PartitionedInferenceStrategy", "ClassifierModule"):
         assert f'id="lightning_hybrid.{name}"' in api, f"{name} has no entry on the built API page"
     assert api.count("Examples:") + api.count(">Examples<") >= 7

@@ -15,7 +15,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 ZHANG = (ROOT / "recipes" / "zhang2017_delay_sync" / "README.md").read_text()
 HYBRID = (ROOT / "docs" / "strategies" / "hybrid.md").read_text()
-LINK = (ROOT / "docs" / "strategies" / "allreduce-asgd.md").read_text()
+LINK = (ROOT / "docs" / "strategies" / "delayed-averaging.md").read_text()
 SUMMARIES = [ROOT / "README.md", ROOT / "docs" / "_snippets" / "strategy_table.md"]
 
 
@@ -63,7 +63,7 @@ def expected_figures() -> dict[str, list[str]]:
             for r in table_after(LINK, "| round trip | contender | lr | seconds to target")}
 
     return {
-        "AllReduceASGDStrategy": [f"{line[('50 ms', 'dga_d4')]} sooner through a real 50 ms round trip",
+        "DelayedAveragingStrategy": [f"{line[('50 ms', 'dga_d4')]} sooner through a real 50 ms round trip",
                                   f"{line[('200 ms', 'dga_d4')]} through 200 ms",
                                   f"{vs_ddp('dga_d2', '100mbit')} at 100 Mbit/s",
                                   f"{vs_ddp('dga_d2', 'unshaped')} unshaped"],

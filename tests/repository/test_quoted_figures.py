@@ -155,7 +155,7 @@ class Figure:
 README, SNIPPET = "README.md", "docs/_snippets/strategy_table.md"
 INDEX, RECIPES = "docs/strategies/index.md", "docs/recipes/index.md"
 BALANCED, SSP, HYBRID = "docs/strategies/balanced.md", "docs/strategies/ssp.md", "docs/strategies/hybrid.md"
-ASGD, LOCAL = "docs/strategies/allreduce-asgd.md", "docs/strategies/local-sgd.md"
+ASGD, LOCAL = "docs/strategies/delayed-averaging.md", "docs/strategies/local-sgd.md"
 FSDP = "docs/strategies/fsdp2.md"
 REPORT, BENCH = "docs/straggler-report.md", "benchmarks/README.md"
 ZHANG, ADNI = "recipes/zhang2017_delay_sync/README.md", "recipes/akintoye2022_hybrid_adni/README.md"
@@ -163,7 +163,7 @@ MODNN = "recipes/mao2017_modnn/README.md"
 
 GRID, RERUN = "LeNet-5, 98 %:", "Its summary ("
 LINK, LINK_SAMPLES = "Time to 98 % under each source, the quotient (computed", "Samples to 98 %:"
-#: The shaped links' and stragglers' table measured end to end (docs/strategies/allreduce-asgd.md).
+#: The shaped links' and stragglers' table measured end to end (docs/strategies/delayed-averaging.md).
 E2E = "Time to 98 % measured end to end under each source"
 HYBRID_TABLE, PLACEMENT = "### Against what you would pick instead", "## `hybrid_placement.py`"
 HYBRID_SWEEP = "#### The sweep behind the defaults"
@@ -296,9 +296,9 @@ FIGURES = [
         Quote(BALANCED, rf"in a rerun, {F} at 97 %"),)),
     Figure("ssp, 97 %, rerun", Stated(ZHANG, rf"at 97 % the same runs give \S+\s+and\s+{F}"), (
         Quote(SSP, rf"in a rerun \({F} at 97 %"),)),
-    # The delayed all-reduce's slow-link table (docs/strategies/allreduce-asgd.md#measured).
+    # The delayed all-reduce's slow-link table (docs/strategies/delayed-averaging.md#measured).
     Figure("dga delay 4, 50 ms round trip", line("50 ms", "dga_d4"), (
-        *in_table("AllReduceASGDStrategy", rf"to 98 % {F} sooner through a real 50 ms round trip"),
+        *in_table("DelayedAveragingStrategy", rf"to 98 % {F} sooner through a real 50 ms round trip"),
         Quote(INDEX, rf"{F} sooner\s+through a 50 ms round trip"), Quote(ASGD, rf"reached 98 % {F} sooner than DDP through")),
     ),
     Figure("dga delay 4, samples through the long link", over_ddp(LONG, "50 ms", "dga_d4", "samples to target"), (
@@ -312,10 +312,10 @@ FIGURES = [
     Figure("DDP accumulating 2 batches, samples", over_ddp(LONG, "50 ms", "ddp_acc2", "samples to target"), (
         Quote(ASGD, rf"it needs {F} DDP's samples at its best rate"),)),
     Figure("dga delay 4, 200 ms round trip", line("200 ms", "dga_d4"), (
-        *in_table("AllReduceASGDStrategy", rf"{F} through 200 ms"), Quote(INDEX, rf"{F} through\s+200 ms"),
+        *in_table("DelayedAveragingStrategy", rf"{F} through 200 ms"), Quote(INDEX, rf"{F} through\s+200 ms"),
         Quote(ASGD, rf"{F}\s+through a 200 ms one"))),
     Figure("dga delay 2, 100 Mbit/s", e2e("dga_d2", "100mbit"), (
-        *in_table("AllReduceASGDStrategy", rf"{F} at 100 Mbit/s"), Quote(INDEX, rf"compute \({F} at 100 Mbit/s"),
+        *in_table("DelayedAveragingStrategy", rf"{F} at 100 Mbit/s"), Quote(INDEX, rf"compute \({F} at 100 Mbit/s"),
         Quote(ASGD, rf"`delay=2`, {F} DDP through a 100 Mbit/s link"), Quote(ASGD, rf"little at 100 Mbit/s \({F}\)"),
         Quote(ASGD, rf"against {F} measured"))),
     Figure("dga delay 2, 100 Mbit/s, computed", link("dga_d2", "100mbit"), (Quote(ASGD, rf"overstated DGA: {F} at 100"),)),
@@ -323,10 +323,10 @@ FIGURES = [
         Quote(ASGD, rf"{F} through 10 Mbit/s, \S+ under"), Quote(ASGD, rf"lost at 10 Mbit/s \({F}\)"),
         Quote(INDEX, rf"Mbit/s, {F} at 10\)"))),
     Figure("dga delay 2, unshaped", e2e("dga_d2", "unshaped"), (
-        *in_table("AllReduceASGDStrategy", rf"{F} unshaped"), Quote(INDEX, rf"took {F} DDP's time \(end"),
+        *in_table("DelayedAveragingStrategy", rf"{F} unshaped"), Quote(INDEX, rf"took {F} DDP's time \(end"),
         Quote(ASGD, rf"and {F} with nothing slow"), Quote(ASGD, rf"`delay=2` took {F} DDP's time"))),
     Figure("dga delay 2, transient stragglers", e2e("dga_d2", "stragglers"), (
-        Quote(INDEX, rf"`allreduce_asgd` \(`delay=2`\) {F} \("), Quote(REPORT, rf"strategy=allreduce_asgd \(delay=2\) {F}"),
+        Quote(INDEX, rf"`delayed_averaging` \(`delay=2`\) {F} \("), Quote(REPORT, rf"strategy=delayed_averaging \(delay=2\) {F}"),
         Quote(ASGD, rf"{F} under transient\s+stragglers"), Quote(ASGD, rf"Transient stragglers: DGA {F}"),
         Quote(ASGD, rf"under transient stragglers it gained {F} here"))),
     Figure("dga delay 2, samples", Cells(ASGD, LINK_SAMPLES, ("dga_d2",), ("x DDP's samples",)), (

@@ -16,10 +16,10 @@ from conftest import SUPPORT, Zygote, clean_env
 from suite_configs import suite_aliases
 
 SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "own_module.py"
-#: Every strategy class once (ssp_async, ssp_bounded and allreduce_asgd_dc are settings of ssp and allreduce_asgd,
+#: Every strategy class once (ssp_async, ssp_bounded and delayed_averaging_dc are settings of ssp and delayed_averaging,
 #: run through the command in tests/cli/test_commands.py).
 TRAINING = sorted(alias for alias in suite_aliases()
-                  if alias not in ("partitioned_inference", "ssp_async", "ssp_bounded", "allreduce_asgd_dc"))
+                  if alias not in ("partitioned_inference", "ssp_async", "ssp_bounded", "delayed_averaging_dc"))
 
 pytestmark = pytest.mark.multiprocess
 
@@ -93,8 +93,8 @@ def test_training_data_a_strategy_cannot_deal_is_refused_before_other_processes_
     assert "Initializing distributed" not in proc.stderr + proc.stdout, "refused before any process group or rank"
 
 
-def test_an_iterable_dataset_trains_under_allreduce_asgd_as_under_ddp(tmp_path):
+def test_an_iterable_dataset_trains_under_delayed_averaging_as_under_ddp(tmp_path):
     script = SUPPORT / "namespace_script.py"
-    proc = Zygote.run([str(script), str(tmp_path), "--strategy", "allreduce_asgd", "--iterable"], clean_env(PYTHONWARNINGS="ignore"),
+    proc = Zygote.run([str(script), str(tmp_path), "--strategy", "delayed_averaging", "--iterable"], clean_env(PYTHONWARNINGS="ignore"),
                       tmp_path, 120)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from conftest import Zygote, clean_env
-from lightning_hybrid import AllReduceASGDStrategy, BalancedDataParallelStrategy, CNeuralStrategy, SSPStrategy
+from lightning_hybrid import DelayedAveragingStrategy, BalancedDataParallelStrategy, CNeuralStrategy, SSPStrategy
 from lightning_hybrid.strategies.checkpoint_io import AtomicCheckpointIO
 
 SAVE_UNDER_A_FILE_SIZE_LIMIT = textwrap.dedent(
@@ -45,5 +45,5 @@ def test_a_save_round_trips_and_the_strategies_use_it(tmp_path):
     loaded = io.load_checkpoint(tmp_path / "sub" / "last.ckpt")
     assert loaded["epoch"] == 2 and torch.equal(loaded["state_dict"]["w"], torch.arange(4.0))
     assert [p.name for p in (tmp_path / "sub").iterdir()] == ["last.ckpt"]
-    for strategy in (SSPStrategy(), CNeuralStrategy(), AllReduceASGDStrategy(), BalancedDataParallelStrategy(global_batch=64)):
+    for strategy in (SSPStrategy(), CNeuralStrategy(), DelayedAveragingStrategy(), BalancedDataParallelStrategy(global_batch=64)):
         assert isinstance(strategy.checkpoint_io, AtomicCheckpointIO), type(strategy).__name__

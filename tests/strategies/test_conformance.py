@@ -86,11 +86,11 @@ def distance(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor]) -> flo
 
 #: Strategies that promise DDP's result: (their arguments, the options of both runs, DDP's own extra arguments).
 EXACT = {
-    "allreduce_asgd": (("--strategy", "dga"), SGD, ()),
-    "allreduce_asgd_pipe_sgd": (("--strategy", "pipe_sgd"), SGD, ()),
-    "allreduce_asgd_adamw": (("--strategy", "dga"), ADAMW, ()),
-    "allreduce_asgd_bf16": (("--strategy", "dga", "--precision", "bf16-mixed"), SGD, ("--precision", "bf16-mixed")),
-    "allreduce_asgd_accumulate": (("--strategy", "dga", "--accumulate", "2"), SGD, ("--accumulate", "2")),
+    "delayed_averaging": (("--strategy", "dga"), SGD, ()),
+    "delayed_averaging_pipe_sgd": (("--strategy", "pipe_sgd"), SGD, ()),
+    "delayed_averaging_adamw": (("--strategy", "dga"), ADAMW, ()),
+    "delayed_averaging_bf16": (("--strategy", "dga", "--precision", "bf16-mixed"), SGD, ("--precision", "bf16-mixed")),
+    "delayed_averaging_accumulate": (("--strategy", "dga", "--accumulate", "2"), SGD, ("--accumulate", "2")),
     "ssp": (("--strategy", "ssp"), SGD, ()),
     "balanced": (("--strategy", "balanced"), SGD, ()),
     # local SGD's inner steps clip each rank's own gradient: exact without clipping (with it: LOCAL below)
@@ -121,9 +121,9 @@ def test_a_strategy_that_promises_ddp_trains_ddps_model(tmp_path, tmp_path_facto
 #: Strategies whose asynchrony is on: (their arguments, options, the bound on the largest weight difference from DDP
 #: after 2 epochs, measured 2026-11-29 and stated on the strategy's page, about twice the measurement).
 BOUNDED = {
-    "allreduce_asgd_delay2": (("--strategy", "dga", "--delay", "2"), SGD, 1e-2),  # measured 4.4e-3
-    "allreduce_asgd_delay2_adamw": (("--strategy", "dga", "--delay", "2"), ADAMW, 0.1),  # 5.1e-2
-    "allreduce_asgd_pipe_sgd_delay1": (("--strategy", "pipe_sgd", "--delay", "1"), SGD, 3e-2),  # 1.5e-2
+    "delayed_averaging_delay2": (("--strategy", "dga", "--delay", "2"), SGD, 1e-2),  # measured 4.4e-3
+    "delayed_averaging_delay2_adamw": (("--strategy", "dga", "--delay", "2"), ADAMW, 0.1),  # 5.1e-2
+    "delayed_averaging_pipe_sgd_delay1": (("--strategy", "pipe_sgd", "--delay", "1"), SGD, 3e-2),  # 1.5e-2
     "local_sgd_every4": (("--strategy", "local_sgd", "--sync-every", "4"), SGD, 3e-2),  # 1.2e-2
     "local_sgd_clipping": (("--strategy", "local_sgd"), SGD, 2e-2),  # 7.6e-3: each rank clips its own gradient
     "ssp_staleness2": (("--strategy", "ssp", "--staleness", "2"), SGD, 1e-2),  # 1.9e-3 (which pushes are stale varies)
@@ -164,8 +164,8 @@ def test_ranks_that_built_different_weights_train_rank_zeros_model(tmp_path):
 #: sync point; else at the epoch's start), and what each strategy does: ends with one message naming the counts, is
 #: refused naming the datasets' sizes (the parameter server deals one dataset's indices), or trains.
 UNEVEN = {
-    "allreduce_asgd": (("--strategy", "dga", "--delay", "1", "--iterable"), "ends"),
-    "allreduce_asgd_pipe_sgd": (("--strategy", "pipe_sgd", "--delay", "1"), "ends"),
+    "delayed_averaging": (("--strategy", "dga", "--delay", "1", "--iterable"), "ends"),
+    "delayed_averaging_pipe_sgd": (("--strategy", "pipe_sgd", "--delay", "1"), "ends"),
     "local_sgd": (("--strategy", "local_sgd", "--sync-every", "2", "--iterable"), "ends"),
     "hybrid": (("--strategy", "hybrid"), "ends"),
     "cneural": (("--strategy", "cneural", "--iterable"), "trains"),  # one full-batch step over each worker's own data

@@ -63,7 +63,7 @@ def check_equal(run: Path, reference: Path) -> None:
     "strategy, launcher",
     # each launcher once (the parameter server's address found under SLURM's variables; torchrun's for an all-reduce)
     [(("--strategy", "asgd", "--delay", "0"), "torchrun"), (("--strategy", "ssp", "--staleness", "0"), "slurm")],
-    ids=["allreduce_asgd-torchrun", "ssp-slurm"],
+    ids=["delayed_averaging-torchrun", "ssp-slurm"],
 )
 def test_two_nodes_equal_one_node_ddp(tmp_path, tmp_path_factory, strategy, launcher):
     """At staleness 0 / delay 0 both strategies equal DDP: on two nodes as on one."""

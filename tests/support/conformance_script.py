@@ -25,7 +25,7 @@ from torch.utils.data import DataLoader, IterableDataset, Subset, TensorDataset
 
 from threads import threads_per_process
 from lightning_hybrid import (
-    AllReduceASGDStrategy, BalancedDataParallelStrategy, ClassifierModule, CNeuralStrategy, HybridParallelStrategy,
+    DelayedAveragingStrategy, BalancedDataParallelStrategy, ClassifierModule, CNeuralStrategy, HybridParallelStrategy,
     LocalSGDStrategy, SSPStrategy,
 )
 
@@ -115,7 +115,7 @@ def strategy_of(args: argparse.Namespace):
     if name == "balanced":
         return BalancedDataParallelStrategy(find_unused_parameters=args.unused, **common)
     if name in ("dga", "pipe_sgd"):
-        return AllReduceASGDStrategy(delay=args.delay, method=name, momentum_correction=None if name == "pipe_sgd" else "auto",
+        return DelayedAveragingStrategy(delay=args.delay, method=name, momentum_correction=None if name == "pipe_sgd" else "auto",
                                      **common)
     if name == "local_sgd":
         return LocalSGDStrategy(sync_every=args.sync_every, delay=args.delay, **common)

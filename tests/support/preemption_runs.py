@@ -23,10 +23,10 @@ SMALL = ("experiment=smoke", "trainer.max_epochs=4", "trainer.limit_train_batche
 STRATEGIES = {
     "ddp": ("strategy=ddp",),
     "balanced": ("strategy=balanced", "strategy.fork_ranks=true"),
-    "ssp": ("strategy=ssp", "strategy.staleness=0"),  # our launcher rerunning the command, as users run it
+    "ssp": ("strategy=ssp_delay", "strategy.staleness=0"),  # our launcher rerunning the command, as users run it
     # The delayed all-reduce (DGA) and local SGD are deterministic at any delay; a stop lands up to their delay (or
     # round) after the signal, so their epochs have 6 batches, room for each case's stop within the epoch.
-    "allreduce_asgd": ("strategy=allreduce_asgd", "strategy.delay=1", "strategy.fork_ranks=true", "data.num_train=1024"),
+    "delayed_averaging": ("strategy=delayed_averaging", "strategy.delay=1", "strategy.fork_ranks=true", "data.num_train=1024"),
     "local_sgd": ("strategy=local_sgd", "strategy.sync_every=2", "strategy.delay=1", "strategy.fork_ranks=true",
                   "data.num_train=1024"),
     "cneural": ("strategy=cneural", "strategy.fork_ranks=true"),

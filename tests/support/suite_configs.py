@@ -28,10 +28,10 @@ def compose_run(tmp_path: Path, *overrides: str):
 def suite_aliases() -> dict[str, tuple[type, dict]]:
     """Every strategy alias the suite registers with Lightning: its class and the settings it stands for."""
     from lightning_hybrid.strategies import (
-        AllReduceASGDStrategy, BalancedDataParallelStrategy, CNeuralStrategy, HybridParallelStrategy, LocalSGDStrategy,
+        DelayedAveragingStrategy, BalancedDataParallelStrategy, CNeuralStrategy, HybridParallelStrategy, LocalSGDStrategy,
         PartitionedInferenceStrategy, SSPStrategy,
     )
 
-    classes = (SSPStrategy, CNeuralStrategy, AllReduceASGDStrategy, LocalSGDStrategy, HybridParallelStrategy,
+    classes = (SSPStrategy, CNeuralStrategy, DelayedAveragingStrategy, LocalSGDStrategy, HybridParallelStrategy,
                PartitionedInferenceStrategy, BalancedDataParallelStrategy)
     return {name: (cls, params) for cls in classes for name, (_, params) in cls.aliases.items()}

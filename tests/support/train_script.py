@@ -26,7 +26,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from threads import threads_per_process
 from lightning_hybrid import (
-    AllReduceASGDStrategy, BalancedDataParallelStrategy, ClassifierModule, CNeuralStrategy, LocalSGDStrategy, SSPStrategy,
+    DelayedAveragingStrategy, BalancedDataParallelStrategy, ClassifierModule, CNeuralStrategy, LocalSGDStrategy, SSPStrategy,
 )
 from lightning_hybrid.strategies import ParameterServerStrategy
 from lightning_hybrid.callbacks import EpochTimer
@@ -315,14 +315,14 @@ def main() -> None:
     parser.add_argument("--log-step-sync", action="store_true", help="self.log(on_step=True, sync_dist=True) each step")
     parser.add_argument("--scheduler", action="store_true", help="StepLR(step_size=1, gamma=0.5) per epoch")
     parser.add_argument("--step-scheduler", action="store_true", help="StepLR(step_size=1, gamma=0.5) per step")
-    parser.add_argument("--delay", type=int, default=1, help="AllReduceASGDStrategy / LocalSGDStrategy delay")
+    parser.add_argument("--delay", type=int, default=1, help="DelayedAveragingStrategy / LocalSGDStrategy delay")
     parser.add_argument("--sync-every", type=int, default=4, help="LocalSGDStrategy sync_every")
     parser.add_argument("--outer", default="average", help="LocalSGDStrategy outer_optimizer")
     parser.add_argument("--fragments", type=int, default=1, help="LocalSGDStrategy fragments")
     parser.add_argument("--compensation", default=None)
-    parser.add_argument("--method", default="dga", help="AllReduceASGDStrategy method: dga | pipe_sgd")
+    parser.add_argument("--method", default="dga", help="DelayedAveragingStrategy method: dga | pipe_sgd")
     parser.add_argument("--adam", action="store_true", help="Adam (lr --lr) instead of SGD")
-    parser.add_argument("--momentum-correction", default=None, help="AllReduceASGDStrategy: none (default here) | mean_delay | subtract")
+    parser.add_argument("--momentum-correction", default=None, help="DelayedAveragingStrategy: none (default here) | mean_delay | subtract")
     parser.add_argument("--dc-lambda", type=float, default=0.04)
     parser.add_argument("--warmup", type=int, default=0)
     parser.add_argument("--latency", type=float, default=0.0, help="sim collective_latency_s")
@@ -364,7 +364,7 @@ def main() -> None:
                                    transport=args.transport, wire_dtype=args.wire_dtype, servers=servers,
                                    server_device=args.server_device, **shared)
     elif strategy == "asgd":
-        strategy = AllReduceASGDStrategy(
+        strategy = DelayedAveragingStrategy(
             delay=args.delay, method=args.method, compensation=args.compensation, dc_lambda=args.dc_lambda,
             warmup_steps=args.warmup,
             momentum_correction=args.momentum_correction,
@@ -477,7 +477,7 @@ def main() -> None:
             "lr": trainer.optimizers[0].param_groups[0]["lr"], "epoch_times": timer.epoch_times,
             "momentum": trainer.optimizers[0].param_groups[0].get("momentum"),
         }
-        if isinstance(strategy, AllReduceASGDStrategy):
+        if isinstance(strategy, DelayedAveragingStrategy):
             summary.update(pushed=strategy.pushed, applied=strategy.applied)
         (args.out / "summary.json").write_text(json.dumps(summary))
     # Without this, torch 2.13's gloo sometimes aborts a rank at interpreter exit after trainer.test

@@ -158,7 +158,7 @@ class HeterogeneitySimulator(pl.Callback):
         if self.collective_latency_s > 0 and world_size < 2:
             raise ValueError(f"sim.collective_latency_s={self.collective_latency_s} delays what ranks send each other, "
                              "and this run has one process: set trainer.devices=2 (or more) and a strategy that "
-                             "all-reduces (ddp, allreduce_asgd, local_sgd), or sim.collective_latency_s=0")
+                             "all-reduces (ddp, delayed_averaging, local_sgd), or sim.collective_latency_s=0")
         if self.slowdown is not None and len(self.slowdown) != world_size:
             raise ValueError(
                 f"sim.slowdown has {len(self.slowdown)} factors {self.slowdown} but the run has {world_size} "

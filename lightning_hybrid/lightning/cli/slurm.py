@@ -2,8 +2,8 @@
 """SLURM jobs through submitit: what a run asks SLURM for, and each submitit task as one Lightning rank.
 
     pip install 'lightning-hybrid[slurm]'                       # hydra-submitit-launcher
-    lightning-hybrid -m hydra/launcher=slurm strategy=ssp trainer=gpu trainer.devices=4 trainer.num_nodes=2
-    lightning-hybrid -m hydra/launcher=slurm_local strategy=ssp trainer.devices=2   # the same tasks, on this machine
+    lightning-hybrid -m hydra/launcher=slurm strategy=ssp_delay trainer=gpu trainer.devices=4 trainer.num_nodes=2
+    lightning-hybrid -m hydra/launcher=slurm_local strategy=ssp_delay trainer.devices=2   # the same tasks, on this machine
 
 ``hydra/launcher=slurm`` (``configs/hydra/launcher/slurm.yaml``) submits each job of the sweep with
 ``sbatch``; its ``srun`` starts one task per Lightning rank, and Lightning's ``SLURMEnvironment`` reads

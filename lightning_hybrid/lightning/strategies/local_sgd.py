@@ -34,7 +34,7 @@ class LocalSGDStrategy(RankStates, CheckedDDPStrategy):
     each moved since the round began, and the outer optimizer (``"nesterov"``: SGD with Nesterov
     momentum, DiLoCo's; ``"average"``: plain averaging) moves the shared weights by it; every rank
     continues from them. With ``sync_every=1, outer_optimizer="average"`` this is
-    :class:`~lightning_hybrid.AllReduceASGDStrategy` of the same ``delay`` with ``method="pipe_sgd",
+    :class:`~lightning_hybrid.DelayedAveragingStrategy` of the same ``delay`` with ``method="pipe_sgd",
     momentum_correction=None`` (for SGD: the average alone, applied late, the momentum as configured), and with
     ``delay=0`` DDP; a round sends one model-sized average, so ``sync_every=H`` sends ``H`` times fewer bytes than
     DDP (half that again with ``wire_dtype="bf16"``).

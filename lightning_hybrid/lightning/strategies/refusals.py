@@ -25,7 +25,7 @@ def refuse_unindexed_training_data(name: str, loader: object, why: str) -> None:
     raise TypeError(
         f"{name} {why}, so the training data must be a torch DataLoader over a map-style dataset (with __len__ and "
         f"__getitem__); got {got}. Index the data (a Dataset whose __getitem__(i) reads sample i, e.g. from a list of "
-        f"files), or train with strategy='ddp' or 'allreduce_asgd', where an IterableDataset splits itself over the ranks."
+        f"files), or train with strategy='ddp' or 'delayed_averaging', where an IterableDataset splits itself over the ranks."
     )
 
 

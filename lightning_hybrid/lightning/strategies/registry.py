@@ -1,7 +1,8 @@
 # Generated from lightning_hybrid/strategies/registry.py by `python tools/generate_lightning_namespace.py`: edit that file, not this one.
-"""The strategies' string aliases (``"ssp"``, ``"ssp_bounded"``, ``"ssp_async"``, ``"cneural"``,
-``"allreduce_asgd"``, ``"allreduce_asgd_dc"``, ``"local_sgd"``, ``"hybrid"``, ``"partitioned_inference"``,
-``"balanced"``, ``"fsdp2"``, ``"fsdp2_shard_grad_op"``) registered with Lightning's ``StrategyRegistry`` when this module is imported (``import
+"""The strategies' string aliases (``"ssp_delay"``, ``"ssp_bounded"``, ``"ssp_async"``, ``"cneural"``,
+``"delayed_averaging"``, ``"delayed_averaging_dc"``, ``"local_sgd"``, ``"hybrid"``, ``"partitioned_inference"``,
+``"balanced"``, ``"fsdp2"``, ``"fsdp2_shard_grad_op"``, and for a release the renamed ``"ssp"``, ``"allreduce_asgd"``,
+``"allreduce_asgd_dc"``, which warn) registered with Lightning's ``StrategyRegistry`` when this module is imported (``import
 lightning_hybrid`` does so). Where ``lightning`` is imported already, the aliases are registered with
 ``lightning.pytorch``'s registry too, naming this package's ``lightning`` flavour
 (:mod:`lightning_hybrid.namespace`); ``import lightning_hybrid.lightning`` registers them there in any order.
@@ -14,7 +15,7 @@ from typing import Any
 from lightning.pytorch.strategies import StrategyRegistry
 
 from lightning_hybrid.lightning import namespace
-from lightning_hybrid.lightning.strategies.allreduce_asgd import AllReduceASGDStrategy
+from lightning_hybrid.lightning.strategies.delayed_averaging_strategy import DelayedAveragingStrategy
 from lightning_hybrid.lightning.strategies.balanced import BalancedDataParallelStrategy
 from lightning_hybrid.lightning.strategies.cneural import CNeuralStrategy
 from lightning_hybrid.lightning.strategies.fsdp2 import FullyShardedStrategy
@@ -23,7 +24,7 @@ from lightning_hybrid.lightning.strategies.local_sgd import LocalSGDStrategy
 from lightning_hybrid.lightning.strategies.partitioned_inference import PartitionedInferenceStrategy
 from lightning_hybrid.lightning.strategies.ssp import SSPStrategy
 
-_ALIASED = (SSPStrategy, CNeuralStrategy, AllReduceASGDStrategy, HybridParallelStrategy, PartitionedInferenceStrategy,
+_ALIASED = (SSPStrategy, CNeuralStrategy, DelayedAveragingStrategy, HybridParallelStrategy, PartitionedInferenceStrategy,
             BalancedDataParallelStrategy, LocalSGDStrategy, FullyShardedStrategy)
 for _strategy in _ALIASED:
     _strategy.register_strategies(StrategyRegistry)
@@ -36,9 +37,9 @@ def _lightning_flavour(strategy: type, **init_params: Any) -> Any:
 def _register_lightning_flavours(strategies_module: Any) -> None:
     """``lightning.pytorch``'s registry: each alias builds the ``lightning`` flavour, imported on first use."""
     for strategy in _ALIASED:
-        for name, (description, init_params) in strategy.aliases.items():
-            strategies_module.StrategyRegistry.register(name, partial(_lightning_flavour, strategy), description=description,
-                                                        override=True, **init_params)
+        for name, factory, description, init_params in strategy.registry_entries(partial(_lightning_flavour, strategy)):
+            strategies_module.StrategyRegistry.register(name, factory, description=description, override=True,
+                                                        **init_params)
 
 
 # In this package only (not in its lightning flavour, whose own registrations above are lightning.pytorch's):

@@ -153,10 +153,12 @@ class SSPStrategy(ParameterServerStrategy):
 
     strategy_name = "ssp"
     aliases = {
-        "ssp": ("Delay-synchronous data parallelism with a parameter server (staleness 3)", {}),
+        "ssp_delay": ("Delay-synchronous parallel with a parameter server (Zhang et al. 2017), staleness 3", {}),
         "ssp_bounded": ("Stale-synchronous parallel (Ho et al. 2013), staleness 3", {"sync": "bounded"}),
         "ssp_async": ("Fully asynchronous parameter server", {"staleness": math.inf}),
     }
+    #: "ssp" was the delay-synchronous rule, which is not Ho et al.'s stale-synchronous parallel (ssp_bounded).
+    renamed_aliases = {"ssp": "ssp_delay"}
     metrics_prefix = "ssp"
     validates_mid_epoch = True
 

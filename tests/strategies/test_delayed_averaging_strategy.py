@@ -1,4 +1,4 @@
-"""AllReduceASGDStrategy through a user's Trainer script on 2 gloo processes."""
+"""DelayedAveragingStrategy through a user's Trainer script on 2 gloo processes."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import torch
 from torch.nn import functional as F
 
 from conftest import REFERENCE, run_train_script, shared_train_script
-from lightning_hybrid import AllReduceASGDStrategy, ClassifierModule
+from lightning_hybrid import DelayedAveragingStrategy, ClassifierModule
 from lightning_hybrid.data import SyntheticMNISTDataModule
 from lightning_hybrid.data.base import EpochSeededRandomSampler
 from lightning_hybrid.data.synthetic_mnist import synthetic_classification
@@ -114,12 +114,12 @@ def test_delayed_application_equals_the_reference(tmp_path, delay, compensation,
 
 def test_momentum_correction_is_checked():
     with pytest.raises(ValueError, match="momentum_correction must be 'auto', None or one of"):
-        AllReduceASGDStrategy(method="pipe_sgd", momentum_correction="halve")
+        DelayedAveragingStrategy(method="pipe_sgd", momentum_correction="halve")
     with pytest.raises(ValueError, match="under method='dga' every rank steps with its own gradient"):
-        AllReduceASGDStrategy(momentum_correction="subtract")
+        DelayedAveragingStrategy(momentum_correction="subtract")
     with pytest.raises(ValueError, match="only method='pipe_sgd' does"):
-        AllReduceASGDStrategy(compensation="dc")
-    assert AllReduceASGDStrategy(method="pipe_sgd")._momentum_rule == "subtract"
+        DelayedAveragingStrategy(compensation="dc")
+    assert DelayedAveragingStrategy(method="pipe_sgd")._momentum_rule == "subtract"
 
 
 def test_communication_overlaps_computation(tmp_path):
@@ -155,7 +155,7 @@ def test_lightning_features(tmp_path):
 
 @pytest.mark.parametrize("strategy", [["--strategy", "asgd", "--delay", "1"], ["--strategy", "ssp", "--staleness", "2"],
                                       ["--strategy", "cneural", "--lr", "1.0", "--devices", "1"]],
-                         ids=["allreduce_asgd", "ssp", "cneural"])
+                         ids=["delayed_averaging", "ssp", "cneural"])
 def test_bf16_mixed_precision(tmp_path, strategy):
     run_train_script(tmp_path, *strategy, "--precision", "bf16-mixed", "--epochs", "2")
     summary = json.loads((tmp_path / "summary.json").read_text())
@@ -170,7 +170,7 @@ def test_delay_as_long_as_an_epoch_applies_everything_at_its_sync_point(tmp_path
 
 
 @pytest.mark.parametrize("strategy", [["--strategy", "asgd", "--delay", "1"], ["--strategy", "ssp", "--staleness", "3"]],
-                         ids=["allreduce_asgd", "ssp"])
+                         ids=["delayed_averaging", "ssp"])
 def test_fast_dev_run(tmp_path, strategy):
     """One training batch per worker, one optimizer step, then one batch of validation, test and predict."""
     proc = run_train_script(tmp_path, *strategy, "--fast-dev-run")
@@ -194,7 +194,7 @@ def test_fast_dev_run(tmp_path, strategy):
 )
 def test_bad_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
-        AllReduceASGDStrategy(**kwargs)
+        DelayedAveragingStrategy(**kwargs)
 
 
 def test_unsupported_runs_fail_before_workers_start():
@@ -204,7 +204,7 @@ def test_unsupported_runs_fail_before_workers_start():
             self.automatic_optimization = False
 
     data = SyntheticMNISTDataModule(num_train=64, num_val=8, num_test=8)
-    trainer = pl.Trainer(accelerator="cpu", devices=2, strategy=AllReduceASGDStrategy(), max_epochs=1, logger=False)
+    trainer = pl.Trainer(accelerator="cpu", devices=2, strategy=DelayedAveragingStrategy(), max_epochs=1, logger=False)
     with pytest.raises(ValueError, match="automatic optimization"):
         trainer.fit(Manual(), datamodule=data)
 
@@ -250,7 +250,7 @@ def test_latency_is_refused_only_where_it_delays_nothing():
     from lightning_hybrid.callbacks import HeterogeneitySimulator
 
     sim = HeterogeneitySimulator(collective_latency_s=0.1)
-    sim.check_strategy(AllReduceASGDStrategy())
+    sim.check_strategy(DelayedAveragingStrategy())
     sim.check_strategy(pl.strategies.DDPStrategy())
     with pytest.raises(ValueError, match="point to point"):
         sim.check_strategy(SSPStrategy())
@@ -335,7 +335,7 @@ def test_dga_equals_its_definition(tmp_path, delay, momentum, scheduler, adam):
 
 @pytest.mark.parametrize("strategy", [["--strategy", "asgd", "--delay", "1"],
                                       ["--strategy", "local_sgd", "--sync-every", "4", "--delay", "1"]],
-                         ids=["allreduce_asgd", "local_sgd"])
+                         ids=["delayed_averaging", "local_sgd"])
 def test_no_collective_between_exchanges(tmp_path, strategy):
     """From the first training batch to the last, a rank issues its exchanges' all-reduces on the
     exchange's group and nothing else: no per-batch stop agreement, no other meeting (8 batches of 16 per
@@ -354,14 +354,14 @@ def test_a_stop_on_rank_1_between_an_exchange_and_its_correction_resumes_exactly
     again ends where the uninterrupted run does."""
     from preemption_runs import callbacks, run
 
-    settings = ("strategy=allreduce_asgd", "strategy.delay=2", "strategy.fork_ranks=true", "trainer.devices=2",
+    settings = ("strategy=delayed_averaging", "strategy.delay=2", "strategy.fork_ranks=true", "trainer.devices=2",
                 "optimizer.momentum=0.9", "data.num_train=2048", "trainer.limit_train_batches=10")  # 10 of 16 batches
     interrupted = (*settings, f"hydra.run.dir={tmp_path / 'run'}", *callbacks(tmp_path, "resumed", epoch=1, batch=0, rank=1))
     stopped = run(*interrupted, cwd=tmp_path)
     output = stopped.stdout + stopped.stderr
     assert stopped.returncode == 143 and "last-interrupted.ckpt" in stopped.stdout, output[-3000:]
     checkpoint = torch.load(tmp_path / "run" / "checkpoints" / "last-interrupted.ckpt", weights_only=False)
-    ranks = checkpoint[AllReduceASGDStrategy.rank_states_key]["ranks"]
+    ranks = checkpoint[DelayedAveragingStrategy.rank_states_key]["ranks"]
     assert [len(own["pending"]) for _, _, own in ranks] == [2, 2], "stopped with two exchanges in flight"
     assert checkpoint["loops"]["fit_loop"]["epoch_loop.batch_progress"]["current"]["completed"] == 4, \
         "asked after batch 0, the stop rides on batch 1's exchange, which is applied after batch 3; 6 batches to go"
