@@ -5,9 +5,9 @@ repository (checked out in a temporary worktree) the same way, side by side; ``-
 (each needs torch, Lightning and this package's dependencies installed).
 
 A third statement, ``import lightning_hybrid.namespace, lightning.pytorch`` (a plain module of ours, no
-Lightning in it), imports the same modules as the first at the call depth of the second: CPython before 3.13.13
-and 3.14.4 allocates its frame stack in chunks and maps and unmaps a chunk on every call that crosses a chunk's
-end (CPython issue gh-142183), so one loop of scipy's (its docstring parsing, imported by torchmetrics) runs
+Lightning in it), imports the same modules as the first at the call depth of the second: CPython (3.11, 3.12, and
+3.13 and 3.14 before the fix of gh-142183, merged in March 2026) allocates its frame stack in chunks and maps and
+unmaps a chunk on every call that crosses a chunk's end, so one loop of scipy's (its docstring parsing, imported by torchmetrics) runs
 several times slower at some depths than at others. The third row tells that cost, which belongs to the depth of
 the import and not to what it imports, from the flavour's own. ``--count-mmap`` also counts the interpreter's
 ``mmap`` calls (through ``strace``), which show it.

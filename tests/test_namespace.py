@@ -234,3 +234,29 @@ def test_the_staleness_check_runs_on_a_bare_checkout_and_names_a_stale_file(tmp_
         f.write("\n\ndef added(rank: int) -> int:\n    return rank\n")
     stale = check()
     assert stale.returncode == 1 and "stale: lightning_hybrid/lightning/straggler.py" in stale.stdout, stale.stdout + stale.stderr
+
+
+def test_both_flavours_import_and_build_their_strategies_from_pyc_files_alone(tmp_path):
+    """A wheel of ``.pyc`` files only (no source) works: the flavour is ordinary modules, read from their code objects
+    (the design before read each glue module's source at import)."""
+    import compileall
+    import shutil
+
+    package = tmp_path / "lightning_hybrid"
+    shutil.copytree(Path(lightning_hybrid.__file__).parent, package, symlinks=False,
+                    ignore=shutil.ignore_patterns("__pycache__", "configs"))
+    assert compileall.compile_dir(package, quiet=1, legacy=True)  # module.pyc beside module.py, as such wheels ship
+    for source in package.rglob("*.py"):
+        source.unlink()
+    script = ("import warnings, lightning as L, pytorch_lightning as pl, lightning_hybrid.lightning as LH\n"
+              "import lightning_hybrid\n"
+              "assert lightning_hybrid.__file__.endswith('__init__.pyc'), lightning_hybrid.__file__\n"
+              "for trainer in (L.Trainer, pl.Trainer):\n"
+              "    strategy = trainer(accelerator='cpu', devices=2, strategy='ssp_delay', logger=False).strategy\n"
+              "    print(type(strategy).__module__)\n"
+              "print(LH.DelayedAveragingStrategy.__module__)\n")
+    proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=clean_env(PYTHONPATH=str(tmp_path)),
+                          capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["lightning_hybrid.lightning.strategies.ssp", "lightning_hybrid.strategies.ssp",
+                                   "lightning_hybrid.lightning.strategies.delayed_averaging_strategy"]
