@@ -147,7 +147,7 @@ def main() -> None:
             print(result)
         return
 
-    # AllReduceASGD applies each step's average a step late and lowers the momentum for it (0.9 -> 0.4, logged).
+    # strategy="delayed_averaging": each rank steps with its gradient at once, corrected by the average a step late.
     model = SquareNet()
     trainer = L.Trainer(accelerator=args.accelerator, devices=args.devices, strategy=args.strategy,
                         max_epochs=args.epochs * (8 if args.strategy == "cneural" else 1),  # cNeural: one step a pass
