@@ -65,8 +65,8 @@ DEFAULT_CONTENDERS = [
     "ddp:strategy=ddp",
     "balanced:strategy=balanced",
     "ssp_delay_s3:strategy=ssp_delay,strategy.sync=delay,strategy.staleness=3",
-    "ssp_bounded_s3:strategy=ssp_delay,strategy.sync=bounded,strategy.staleness=3",
-    "ssp_async:strategy=ssp_delay,strategy.staleness=inf",
+    "ssp_bounded_s3:strategy=ssp_bounded,strategy.staleness=3",
+    "ssp_async:strategy=ssp_async",
     "ssp_per_push_s3:strategy=ssp_delay,strategy.staleness=3,strategy.pushes_per_update=1,strategy.staleness_lr=false,"
     "strategy.momentum_correction=false,optimizer.lr=0.025",
 ]

@@ -1,6 +1,6 @@
 """Your own LightningModule and data under any lightning-hybrid strategy: a complete script.
 
-    python examples/own_module.py --strategy ssp                 # or balanced, delayed_averaging, cneural, hybrid, ...
+    python examples/own_module.py --strategy ssp_delay  # or balanced, delayed_averaging, cneural, hybrid, ...
     python examples/own_module.py --strategy partitioned_inference --checkpoint runs/own_module/model.ckpt
 
 The data is yours: a folder of samples, one ``.npy`` file each, and ``labels.csv`` (written here on
@@ -124,8 +124,9 @@ class SquareNet(L.LightningModule):
 # ---------------------------------------------------------------------- training or partitioned inference
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--strategy", default="ssp", help="any alias: ssp, ssp_bounded, ssp_async, balanced, "
-                        "delayed_averaging, delayed_averaging_dc, cneural, hybrid, partitioned_inference; or ddp")
+    parser.add_argument("--strategy", default="ssp_delay", help="any alias: ssp_delay, ssp_bounded, ssp_async, "
+                        "balanced, delayed_averaging, delayed_averaging_dc, cneural, hybrid, partitioned_inference; "
+                        "or ddp")
     parser.add_argument("--devices", type=int, default=2, help="processes (CPU) or GPUs")
     parser.add_argument("--accelerator", default="cpu")
     parser.add_argument("--epochs", type=int, default=3)

@@ -33,6 +33,24 @@ RENAMED_OPTIONS = {
 }
 
 
+#: Classes a config names (``_target_``) that were renamed, old -> new: a run folder recorded with the old one
+#: resumes under the new (:func:`lightning_hybrid.run_folder.compared`).
+RENAMED_TARGETS = {
+    "lightning_hybrid.AllReduceASGDStrategy": "lightning_hybrid.DelayedAveragingStrategy",
+    "lightning_hybrid.data.SyntheticADNIDataModule": "lightning_hybrid.data.PhantomADNIDataModule",
+}
+
+
+def current_targets(config: Any) -> Any:
+    """``config`` (plain, nested) with each renamed ``_target_`` replaced by its new name."""
+    if isinstance(config, Mapping):
+        return {key: RENAMED_TARGETS.get(value, value) if key == "_target_" and isinstance(value, str)
+                else current_targets(value) for key, value in config.items()}
+    if isinstance(config, list):
+        return [current_targets(value) for value in config]
+    return config
+
+
 def warn_renamed_options(choices: Mapping[str, Any]) -> None:
     """Warn for each renamed config option among a run's ``choices`` (Hydra's group -> option)."""
     for group, options in RENAMED_OPTIONS.items():

@@ -19,6 +19,8 @@ from typing import Any
 
 import yaml
 
+from lightning_hybrid.deprecation import current_targets
+
 #: The record's file name in a run folder.
 RECORD = "run.yaml"
 #: Top-level config keys that do not change what a fit computes (where it writes, how it reports, testing after it).
@@ -33,8 +35,9 @@ class ResumeRefused(ValueError):
 
 
 def compared(config: Mapping[str, Any]) -> dict[str, Any]:
-    """The part of a (plain, resolved) config that decides what a run computes."""
-    return {key: value for key, value in config.items() if key not in NOT_COMPARED}
+    """The part of a (plain, resolved) config that decides what a run computes (a class renamed since it was
+    recorded named as it is now: :data:`~lightning_hybrid.deprecation.RENAMED_TARGETS`)."""
+    return {key: current_targets(value) for key, value in config.items() if key not in NOT_COMPARED}
 
 
 def read_record(folder: Path) -> dict[str, Any] | None:

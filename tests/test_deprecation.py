@@ -81,3 +81,22 @@ def test_the_renamed_subcommand_still_writes_the_phantoms_and_warns(tmp_path):
     with pytest.warns(FutureWarning, match="lightning-hybrid data synth-adni is now lightning-hybrid data make-adni-phantoms"):
         data_command(["synth-adni", "--out", str(tmp_path), "--subjects", "4", "--shape", "8", "8", "8"])
     assert (tmp_path / "adni.csv").is_file()
+
+
+def test_a_run_folder_recorded_under_a_renamed_class_resumes_under_the_new_name(tmp_path):
+    import yaml
+
+    from lightning_hybrid.run_folder import RECORD, ResumeRefused, checkpoint_to_resume
+
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "last-interrupted.ckpt").write_bytes(b"x")
+    recorded = {"strategy": {"_target_": "lightning_hybrid.AllReduceASGDStrategy", "delay": 2},
+                "data": {"_target_": "lightning_hybrid.data.SyntheticADNIDataModule", "root": "adni"}}
+    # as a run before the renames wrote it
+    (tmp_path / RECORD).write_text(yaml.safe_dump({"status": "interrupted", "config": recorded}))
+    now = {"strategy": {"_target_": "lightning_hybrid.DelayedAveragingStrategy", "delay": 2},
+           "data": {"_target_": "lightning_hybrid.data.PhantomADNIDataModule", "root": "adni"}}
+    assert checkpoint_to_resume(tmp_path, now) == tmp_path / "checkpoints" / "last-interrupted.ckpt"
+    with pytest.raises(ResumeRefused, match="strategy._target_: 'lightning_hybrid.DelayedAveragingStrategy' -> "
+                                            "'lightning_hybrid.SSPStrategy'"):
+        checkpoint_to_resume(tmp_path, {**now, "strategy": {"_target_": "lightning_hybrid.SSPStrategy", "delay": 2}})

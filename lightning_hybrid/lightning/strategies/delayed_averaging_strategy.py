@@ -150,7 +150,7 @@ class DelayedAveragingStrategy(RankStates, CheckedDDPStrategy):
     #: The default method is delayed gradient averaging, not asynchronous SGD: renamed with the class.
     renamed_aliases = {"allreduce_asgd": "delayed_averaging", "allreduce_asgd_dc": "delayed_averaging_dc"}
     #: Where a checkpoint keeps every rank's own state under ``method="dga"`` (:class:`RankStates`).
-    rank_states_key = "lightning_hybrid_allreduce_asgd"  # the checkpoints written before the rename load
+    rank_states_key = "lightning_hybrid_delayed_averaging"
 
     def __init__(
         self,
