@@ -38,6 +38,7 @@ RENAMED_OPTIONS = {
 RENAMED_TARGETS = {
     "lightning_hybrid.AllReduceASGDStrategy": "lightning_hybrid.DelayedAveragingStrategy",
     "lightning_hybrid.data.SyntheticADNIDataModule": "lightning_hybrid.data.PhantomADNIDataModule",
+    "lightning_hybrid.strategies.common.CheckedDDPStrategy": "lightning_hybrid.strategies.checked_ddp.CheckedDDPStrategy",
 }
 
 

@@ -51,7 +51,9 @@ def test_a_renamed_config_option_composes_as_the_new_one_and_the_command_warns(t
     old_run = compose_run(tmp_path, f"{group}={old}")
     choices = dict(HydraConfig.get().runtime.choices)
     new_run = compose_run(tmp_path, f"{group}={new}")
-    assert old_run[group] == new_run[group] and new_run[group]._target_.endswith(target)
+    # the same config; the old data option keeps its folder (the phantoms written there before the rename)
+    kept = {"root": f"${{paths.data_dir}}/{old}"} if group == "data" else {}
+    assert {**new_run[group], **kept} == old_run[group] and new_run[group]._target_.endswith(target)
     assert RENAMED_OPTIONS[group][old] == new
     with pytest.warns(FutureWarning, match=f"{group}={old} is now {group}={new}"):
         warn_renamed_options(choices)
@@ -91,11 +93,13 @@ def test_a_run_folder_recorded_under_a_renamed_class_resumes_under_the_new_name(
     (tmp_path / "checkpoints").mkdir()
     (tmp_path / "checkpoints" / "last-interrupted.ckpt").write_bytes(b"x")
     recorded = {"strategy": {"_target_": "lightning_hybrid.AllReduceASGDStrategy", "delay": 2},
-                "data": {"_target_": "lightning_hybrid.data.SyntheticADNIDataModule", "root": "adni"}}
+                "data": {"_target_": "lightning_hybrid.data.SyntheticADNIDataModule", "root": "adni"},
+                "baseline": {"_target_": "lightning_hybrid.strategies.common.CheckedDDPStrategy"}}
     # as a run before the renames wrote it
     (tmp_path / RECORD).write_text(yaml.safe_dump({"status": "interrupted", "config": recorded}))
     now = {"strategy": {"_target_": "lightning_hybrid.DelayedAveragingStrategy", "delay": 2},
-           "data": {"_target_": "lightning_hybrid.data.PhantomADNIDataModule", "root": "adni"}}
+           "data": {"_target_": "lightning_hybrid.data.PhantomADNIDataModule", "root": "adni"},
+           "baseline": {"_target_": "lightning_hybrid.strategies.checked_ddp.CheckedDDPStrategy"}}
     assert checkpoint_to_resume(tmp_path, now) == tmp_path / "checkpoints" / "last-interrupted.ckpt"
     with pytest.raises(ResumeRefused, match="strategy._target_: 'lightning_hybrid.DelayedAveragingStrategy' -> "
                                             "'lightning_hybrid.SSPStrategy'"):
