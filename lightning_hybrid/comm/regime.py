@@ -36,6 +36,14 @@ WORTH = 1.2
 #: The largest delay advised: the largest measured at DDP's samples (LeNet-5 to 98 %: 1.11x at delay 4).
 MAX_DELAY = 4
 
+#: Linux's switch for TCP's slow start after idle (RFC 2861): 1, the default, closes the congestion window of a
+#: connection idle for a retransmission timeout, which the delayed all-reduce's connections are between exchanges.
+IDLE_RESTART_SYSCTL = "/proc/sys/net/ipv4/tcp_slow_start_after_idle"
+
+#: What restarting slow start after idle cost the delayed all-reduce's step through a 50 ms round trip, its
+#: range over delays 1, 2 and 4 (benchmarks/idle_restart.py; docs/strategies/delayed-averaging.md).
+IDLE_RESTART_COST = "1.02-1.64x"
+
 #: Collectives a process group runs at once, by backend (gloo: its 2 worker threads; NCCL: one stream).
 IN_FLIGHT = {"gloo": 2, "nccl": 1}
 
@@ -87,12 +95,22 @@ class Regime:
     advice: str
 
 
+def restarts_slow_start_after_idle(path: str = IDLE_RESTART_SYSCTL) -> bool | None:
+    """Whether this host's TCP restarts slow start on an idle connection (None: not Linux, or unreadable)."""
+    try:
+        with open(path) as setting:
+            return setting.read().strip() != "0"
+    except OSError:
+        return None
+
+
 def classify(compute_s: float, round_trip_s: float, step_bytes: float, bytes_per_s: float, round_trips: float = 2,
-             exchange_round_trips: float = 2, max_delay: int = MAX_DELAY) -> Regime:
+             exchange_round_trips: float = 2, max_delay: int = MAX_DELAY, idle_restart: bool = False) -> Regime:
     """The regime of a step of ``compute_s`` on a link of ``round_trip_s`` and ``bytes_per_s`` moving
     ``step_bytes`` a step (module docstring). ``round_trips``: what a synchronous step waits for (DDP on
     2 gloo ranks: its all-reduce's 2; 3 where the ranks also agree on a stop before every batch);
-    ``exchange_round_trips``: one overlapped exchange's (an all-reduce: 2)."""
+    ``exchange_round_trips``: one overlapped exchange's (an all-reduce: 2). ``idle_restart``: the host restarts
+    TCP's slow start after idle (:func:`restarts_slow_start_after_idle`): the latency-bound advice says to stop it."""
     if compute_s <= 0 or round_trip_s < 0 or round_trips < 0 or step_bytes < 0 or bytes_per_s <= 0 or max_delay < 1:
         raise ValueError(f"a step's terms are positive (compute {compute_s}, round trip {round_trip_s} x {round_trips}, "
                          f"{step_bytes} bytes at {bytes_per_s} B/s, delay up to {max_delay})")
@@ -108,9 +126,12 @@ def classify(compute_s: float, round_trip_s: float, step_bytes: float, bytes_per
                       f"could win at most {bound:.2f}x")
     if latency >= bandwidth:
         exposed = "" if floor == compute_s else f" ({1000 * (floor - compute_s):.0f} ms a step still exposed)"
+        tcp = ("; and net.ipv4.tcp_slow_start_after_idle=0 on every host: TCP here restarts slow start on a "
+               "connection idle between exchanges (Linux's default), which lengthened the delayed all-reduce's "
+               f"steps {IDLE_RESTART_COST} through a 50 ms round trip") if idle_restart else ""
         return Regime(compute_s, latency, bandwidth, "latency-bound", bound,
                       f"strategy=delayed_averaging strategy.delay={delay}: {delay} steps of compute overlap an exchange's "
-                      f"{1000 * exchange:.0f} ms{exposed}; overlapping wins at most {bound:.2f}x")
+                      f"{1000 * exchange:.0f} ms{exposed}; overlapping wins at most {bound:.2f}x{tcp}")
     rounds = max(2, math.ceil(bandwidth / compute_s))
     return Regime(compute_s, latency, bandwidth, "bandwidth-bound", bound,
                   f"strategy=local_sgd strategy.sync_every={rounds} or more: the link moves a step's "

@@ -34,7 +34,7 @@ import lightning.pytorch as pl
 import torch.distributed as dist
 
 from lightning_hybrid.comm.collectives import all_gather_object
-from lightning_hybrid.comm.regime import classify, measure_link, round_trips, sent_bytes
+from lightning_hybrid.comm.regime import classify, measure_link, restarts_slow_start_after_idle, round_trips, sent_bytes
 from lightning_hybrid.say import say
 from lightning_hybrid.strategies.agreements import EveryBatch
 from lightning_hybrid.lightning.strategies.meeting import meeting
@@ -59,7 +59,8 @@ def link_regime(trainer: pl.Trainer, pl_module: pl.LightningModule, compute_s: f
         waits += round_trips("all_reduce", ranks, 1)
     step_bytes = sent_bytes("all_reduce", ranks, 4 * numel)
     regime = classify(max(compute_s, 1e-6), round_trip, step_bytes, rate if rate != float("inf") else 1e18,
-                      round_trips=waits, exchange_round_trips=round_trips("all_reduce", ranks, numel))
+                      round_trips=waits, exchange_round_trips=round_trips("all_reduce", ranks, numel),
+                      idle_restart=bool(restarts_slow_start_after_idle()))
     return LinkRegime(round_trip, rate, step_bytes, regime)
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from lightning_hybrid.comm.regime import MAX_DELAY, WORTH, classify, lanes, round_trips, sent_bytes
+from lightning_hybrid.comm.regime import (MAX_DELAY, WORTH, classify, lanes, restarts_slow_start_after_idle,
+                                          round_trips, sent_bytes)
 
 KB250 = 250e3
 
@@ -33,6 +34,22 @@ def test_a_long_link_is_latency_bound_and_the_delay_covers_an_exchange():
     # a step of compute as long as the exchange: a delay of 1 covers it, and the bound is compute's
     assert "strategy.delay=1" in classify(0.2, 0.05, KB250, 1e9).advice
     assert "strategy.delay=3" in classify(0.04, 0.05, KB250, 1e9).advice  # 100.25 ms over 40 ms steps
+
+
+def test_on_a_long_link_a_host_that_restarts_tcp_s_slow_start_after_idle_is_told_to_stop_it(tmp_path):
+    latency_bound = dict(compute_s=0.0095, round_trip_s=0.0505, step_bytes=246824, bytes_per_s=4.81e6)
+    told = classify(**latency_bound, idle_restart=True).advice
+    assert "net.ipv4.tcp_slow_start_after_idle=0" in told
+    assert told.startswith(classify(**latency_bound).advice) and "tcp_slow" not in classify(**latency_bound).advice
+    lan = classify(0.02, 0.0001, KB250, 1e9, idle_restart=True)
+    slow = classify(0.02, 0.0002, KB250, 1.25e6, idle_restart=True)
+    for other in (lan, slow):  # compute- and bandwidth-bound: not told
+        assert other.name != "latency-bound" and "tcp_slow" not in other.advice
+    setting = tmp_path / "tcp_slow_start_after_idle"
+    for written, read in (("1\n", True), ("0\n", False)):
+        setting.write_text(written)
+        assert restarts_slow_start_after_idle(str(setting)) is read
+    assert restarts_slow_start_after_idle(str(tmp_path / "absent")) is None
 
 
 def test_a_slow_link_is_bandwidth_bound_and_local_sgd_sends_less():

@@ -126,3 +126,12 @@ def test_the_straggler_reports_transient_advice_quotes_the_slow_link_table():
         cell = rows[contender]["stragglers: s (range) x DDP, reached"]
         assert factor(re.search(r"\) ([\d.]+x), 3/3", cell).group(1)) == figure, cell
         assert f"{figure:.2f}x" in ADVICE["transient"]
+
+
+def test_the_latency_bound_advice_quotes_the_idle_restart_table():
+    from lightning_hybrid.comm.regime import IDLE_RESTART_COST
+
+    rows = table_after(LINK, "TCP's slow start after idle, the line's steps with and without it")
+    ratios = [factor(r["default over none"]) for r in rows if r["round trip"] == "50 ms" and r["contender"] != "ddp"]
+    assert len(ratios) == 3 and IDLE_RESTART_COST == f"{min(ratios):.2f}-{max(ratios):.2f}x"
+    assert f"{IDLE_RESTART_COST} through 50 ms" in (ROOT / "docs" / "straggler-report.md").read_text()

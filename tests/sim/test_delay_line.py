@@ -1,11 +1,13 @@
 """The delay line (lightning_hybrid.sim.delay_line) and the long link built on it (sim.link.DelayedLink):
 packets held their latency, serialised at a rate, dropped past the queue; and, as root, a real round
-trip between two namespaces within 10 % of the one set, measured by TCP."""
+trip between two namespaces within 10 % of the one set, measured by TCP, and TCP's slow start after idle set
+in the link's namespaces as asked."""
 
 from __future__ import annotations
 
 import os
 import socket
+import subprocess
 import threading
 import time
 
@@ -67,3 +69,17 @@ def test_a_delayed_link_holds_its_round_trip_within_ten_percent():
     assert 0.040 <= measured["rtt_s"] <= 0.044, measured  # the set 40 ms round trip, within 10 %
     assert measured["bulk_bytes_per_s"] > 1e6, measured
     assert link.stats is not None and link.stats["packets"] > 100 and link.stats["queue_dropped"] == 0, link.stats
+
+
+@pytest.mark.skipif(why_not_delayed() is not None, reason=f"no delay line here: {why_not_delayed()}")
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("restart", [True, False])
+def test_a_delayed_link_sets_tcp_s_slow_start_after_idle_in_its_namespaces_only(restart):
+    def setting(*prefix: str) -> str:
+        return subprocess.run([*prefix, "sysctl", "-n", "net.ipv4.tcp_slow_start_after_idle"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+
+    host = setting()
+    with DelayedLink(0.001, slow_start_after_idle=restart) as link:
+        inside = [setting("ip", "netns", "exec", namespace) for namespace in link.namespaces]
+    assert inside == [str(int(restart))] * 2 and setting() == host
