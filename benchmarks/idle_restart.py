@@ -1,7 +1,7 @@
 """TCP's slow start after idle on a long link: each contender's step through the delay line with Linux's default
-(``net.ipv4.tcp_slow_start_after_idle=1``: a connection idle for a retransmission timeout starts again from a
-small congestion window, RFC 2861) and without it (``0``, as tuned long-distance hosts run), side by side,
-alternated, ``--repeats`` times; beside the simulator's step fitted to the same line, where
+(``net.ipv4.tcp_slow_start_after_idle=1``: RFC 2861's checks shrink the congestion window of a connection idle,
+or not filling its window, for a retransmission timeout) and without it (``0``), side by side, alternated (the
+default first in each pair), ``--repeats`` times; beside the simulator's step fitted to the same line, where
 ``benchmarks/results/long_link.json`` holds it (``benchmarks/long_link.py --phase steps``).
 
     python benchmarks/idle_restart.py --data-root ../shared/data/mnist    # as root (network namespaces, TUN)

@@ -36,8 +36,8 @@ WORTH = 1.2
 #: The largest delay advised: the largest measured at DDP's samples (LeNet-5 to 98 %: 1.11x at delay 4).
 MAX_DELAY = 4
 
-#: Linux's switch for TCP's slow start after idle (RFC 2861): 1, the default, closes the congestion window of a
-#: connection idle for a retransmission timeout, which the delayed all-reduce's connections are between exchanges.
+#: Linux's switch for TCP's slow start after idle (RFC 2861's checks of the congestion window of a connection idle,
+#: or not filling its window, for a retransmission timeout): 1, the default, lengthened the delayed all-reduce's steps.
 IDLE_RESTART_SYSCTL = "/proc/sys/net/ipv4/tcp_slow_start_after_idle"
 
 #: What restarting slow start after idle cost the delayed all-reduce's step through a 50 ms round trip, its
@@ -126,9 +126,9 @@ def classify(compute_s: float, round_trip_s: float, step_bytes: float, bytes_per
                       f"could win at most {bound:.2f}x")
     if latency >= bandwidth:
         exposed = "" if floor == compute_s else f" ({1000 * (floor - compute_s):.0f} ms a step still exposed)"
-        tcp = ("; and net.ipv4.tcp_slow_start_after_idle=0 on every host: TCP here restarts slow start on a "
-               "connection idle between exchanges (Linux's default), which lengthened the delayed all-reduce's "
-               f"steps {IDLE_RESTART_COST} through a 50 ms round trip") if idle_restart else ""
+        tcp = ("; and set net.ipv4.tcp_slow_start_after_idle=0 on every host (sysctl -w, as root): this host keeps "
+               f"Linux's default, 1, which made the delayed all-reduce's steps {IDLE_RESTART_COST} longer through a "
+               "50 ms round trip (delays 1, 2, 4; 0.99-1.04x at 200 ms)") if idle_restart else ""
         return Regime(compute_s, latency, bandwidth, "latency-bound", bound,
                       f"strategy=delayed_averaging strategy.delay={delay}: {delay} steps of compute overlap an exchange's "
                       f"{1000 * exchange:.0f} ms{exposed}; overlapping wins at most {bound:.2f}x{tcp}")

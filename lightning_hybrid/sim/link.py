@@ -157,10 +157,10 @@ class DelayedLink:
         queue_packets: the devices' queue length (``txqueuelen``): long enough for a burst the line is
             slow to take (the default 500 packets overflowed at 50 ms).
         slow_start_after_idle: TCP's slow start after idle in both namespaces
-            (``net.ipv4.tcp_slow_start_after_idle``): True, Linux's default, closes a connection's congestion
-            window once it has been idle a retransmission timeout (RFC 2861); False keeps it open, as tuned
-            long-distance hosts do. The delayed all-reduce at ``delay=4`` through 50 ms stepped in 56-71 ms
-            with it and 38-40 ms without (``benchmarks/idle_restart.py``).
+            (``net.ipv4.tcp_slow_start_after_idle``): True, Linux's default, checks a connection's congestion
+            window after it idles, or leaves it unfilled, for a retransmission timeout (RFC 2861); False does
+            not. The delayed all-reduce at ``delay=4`` through 50 ms stepped in 56-71 ms with it and 38-40 ms
+            without (``benchmarks/idle_restart.py``).
     """
 
     ends = 2

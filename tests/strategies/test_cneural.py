@@ -21,6 +21,7 @@ from lightning_hybrid import CNeuralStrategy, SSPStrategy
 from lightning_hybrid.data import ShardDataModule, ShardError, pack
 from lightning_hybrid.models import MLP
 from lightning_hybrid.parameter_server.server_process import PROCESS_NAME
+from lightning_hybrid.run_folder import newest_checkpoint
 
 MEAN, STD = 0.1307, 0.3081
 
@@ -188,7 +189,8 @@ def test_a_killed_run_resumes_from_its_last_epoch_and_loses_nothing(stores, tmp_
         time.sleep(0.2)
     assert not (server and alive(server[0])), "the parameter server outlived its run"
 
-    saved = torch.load(last, map_location="cpu", weights_only=False)
+    # what ckpt_path=auto resumes: the newest checkpoint (an epoch's may be written, last.ckpt not yet renamed over)
+    saved = torch.load(newest_checkpoint(run_dir), map_location="cpu", weights_only=False)
     completed = saved["epoch"]  # the last epoch completed before the crash
     assert 1 <= completed < 7
 
