@@ -43,6 +43,8 @@ IDLE_RESTART_SYSCTL = "/proc/sys/net/ipv4/tcp_slow_start_after_idle"
 #: What restarting slow start after idle cost the delayed all-reduce's step through a 50 ms round trip, its
 #: range over delays 1, 2 and 4 (benchmarks/idle_restart.py; docs/strategies/delayed-averaging.md).
 IDLE_RESTART_COST = "1.02-1.64x"
+#: The same through a 200 ms round trip, over every contender (DDP and delays 1, 2, 4).
+IDLE_RESTART_COST_200MS = "0.99-1.04x"
 
 #: Collectives a process group runs at once, by backend (gloo: its 2 worker threads; NCCL: one stream).
 IN_FLIGHT = {"gloo": 2, "nccl": 1}
@@ -128,7 +130,7 @@ def classify(compute_s: float, round_trip_s: float, step_bytes: float, bytes_per
         exposed = "" if floor == compute_s else f" ({1000 * (floor - compute_s):.0f} ms a step still exposed)"
         tcp = ("; and set net.ipv4.tcp_slow_start_after_idle=0 on every host (sysctl -w, as root): this host keeps "
                f"Linux's default, 1, which made the delayed all-reduce's steps {IDLE_RESTART_COST} longer through a "
-               "50 ms round trip (delays 1, 2, 4; 0.99-1.04x at 200 ms)") if idle_restart else ""
+               f"50 ms round trip (delays 1, 2, 4; {IDLE_RESTART_COST_200MS} at 200 ms)") if idle_restart else ""
         return Regime(compute_s, latency, bandwidth, "latency-bound", bound,
                       f"strategy=delayed_averaging strategy.delay={delay}: {delay} steps of compute overlap an exchange's "
                       f"{1000 * exchange:.0f} ms{exposed}; overlapping wins at most {bound:.2f}x{tcp}")

@@ -129,9 +129,12 @@ def test_the_straggler_reports_transient_advice_quotes_the_slow_link_table():
 
 
 def test_the_latency_bound_advice_quotes_the_idle_restart_table():
-    from lightning_hybrid.comm.regime import IDLE_RESTART_COST
+    from lightning_hybrid.comm.regime import IDLE_RESTART_COST, IDLE_RESTART_COST_200MS
 
     rows = table_after(LINK, "TCP's slow start after idle, the line's steps with and without it")
     ratios = [factor(r["default over none"]) for r in rows if r["round trip"] == "50 ms" and r["contender"] != "ddp"]
     assert len(ratios) == 3 and IDLE_RESTART_COST == f"{min(ratios):.2f}-{max(ratios):.2f}x"
+    long = [factor(r["default over none"]) for r in rows if r["round trip"] == "200 ms"]
+    assert len(long) == 4 and IDLE_RESTART_COST_200MS == f"{min(long):.2f}-{max(long):.2f}x"
+    assert f"at 200 ms {IDLE_RESTART_COST_200MS}" in (ROOT / "docs" / "straggler-report.md").read_text()
     assert f"steps\n  {IDLE_RESTART_COST} longer" in (ROOT / "docs" / "straggler-report.md").read_text()
